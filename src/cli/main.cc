@@ -1,0 +1,32 @@
+// kiln: compile and run diffusion models. See `kiln --help`.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: a graph compiler and runtime for diffusion-model inference"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kiln 0.1.0");
+  kiln::cli::Handler show = kiln::cli::add_show_command(app);
+  kiln::cli::Handler run = kiln::cli::add_run_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return 2;
+  }
+  kiln::Status status;
+  if (app.got_subcommand("show")) status = show();
+  else if (app.got_subcommand("run")) status = run();
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "kiln: error: %s\n", status.message().c_str());
+  return status.code() == kiln::StatusCode::kInternal ? 1 : 2;
+}

@@ -1,0 +1,38 @@
+// Read-only memory-mapped files. Weights (ONNX external data, safetensors)
+// are viewed in place through these, never copied.
+//
+//   KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open("unet/model.onnx_data"));
+//   const uint8_t* bytes = file->data();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace kiln {
+
+class MappedFile {
+ public:
+  static Result<std::shared_ptr<const MappedFile>> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Whole file into a string (small files: JSON, .npy headers in tests).
+Result<std::string> read_file(const std::string& path);
+Status write_file(const std::string& path, std::string_view bytes);
+
+}  // namespace kiln

@@ -1,0 +1,83 @@
+#include "core/tensor.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kiln {
+
+size_t physical_memory_bytes() {
+  static const size_t bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
+  return bytes;
+}
+
+Result<int64_t> shape_numel_checked(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return invalid_argument("negative dimension in shape {}", shape_to_string(shape));
+    if (d != 0 && n > kMaxTensorElements / d)
+      return resource_exhausted("shape {} has more than 2^40 elements",
+                                shape_to_string(shape));
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ","));
+}
+
+Shape shape_strides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+Result<Tensor> Tensor::empty(DType dtype, Shape shape) {
+  KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel_checked(shape));
+  size_t bytes = size_t(n) * dtype_size(dtype);
+  if (bytes > physical_memory_bytes())
+    return resource_exhausted("a tensor of shape {} needs {} bytes, more than this machine has",
+                              shape_to_string(shape), bytes);
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (p == nullptr)
+    return resource_exhausted("cannot allocate {} bytes for a tensor of shape {}", bytes,
+                              shape_to_string(shape));
+  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return Tensor(dtype, std::move(shape), p, std::move(owner));
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  Tensor t = *this;
+  t.view_.shape = std::move(shape);
+  return t;
+}
+
+double Tensor::element_as_double(int64_t i) const {
+  return dtype_visit(dtype(), [&](auto tag) -> double {
+    using T = decltype(tag);
+    T v = data<T>()[i];
+    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(v);
+    else if constexpr (std::is_same_v<T, bf16>) return bf16_to_f32(v);
+    else return static_cast<double>(v);
+  });
+}
+
+int64_t Tensor::element_as_int(int64_t i) const {
+  return dtype_visit(dtype(), [&](auto tag) -> int64_t {
+    using T = decltype(tag);
+    T v = data<T>()[i];
+    if constexpr (std::is_same_v<T, f16>) return int64_t(f16_to_f32(v));
+    else if constexpr (std::is_same_v<T, bf16>) return int64_t(bf16_to_f32(v));
+    else return static_cast<int64_t>(v);
+  });
+}
+
+}  // namespace kiln

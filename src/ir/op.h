@@ -1,0 +1,30 @@
+// OpKind and per-op metadata, generated from op_table.def.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kiln {
+
+enum class OpKind : uint16_t {
+#define KILN_OP(e, name, group) k##e,
+#include "ir/op_table.def"
+#undef KILN_OP
+};
+
+inline constexpr int kOpCount = 0
+#define KILN_OP(e, name, group) +1
+#include "ir/op_table.def"
+#undef KILN_OP
+    ;
+static_assert(kOpCount == 60, "op_table.def changed: update this count and the kernels");
+
+std::string_view op_name(OpKind op);
+std::optional<OpKind> op_from_onnx_name(std::string_view name);
+
+// Ops whose output is input 0's bytes under another shape: the executors may
+// alias the output to the input instead of copying.
+bool op_is_view(OpKind op);
+
+}  // namespace kiln

@@ -1,0 +1,59 @@
+// The kernel contract.
+//
+// A kernel is a function over tensor views: it reads ctx inputs, writes the
+// outputs (already allocated with the shapes infer_<Op> computed), and may use
+// scratch memory only from ctx.workspace. It never allocates, keeps no state
+// between calls, touches no globals, and is re-entrant.
+//
+// Every op has two kernels, generated from op_table.def:
+//   ref_<Op>  (src/kernels/ref/<group>.cc) plain loops, the test oracle only;
+//   cpu_<Op>  (src/kernels/cpu/<group>.cc) the fast one: oneDNN, Highway, OpenMP.
+// A kernel returns Unsupported for a dtype or mode it does not implement.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace kiln {
+
+// Scratch memory a kernel may ask for; valid until the kernel returns.
+class Workspace {
+ public:
+  virtual ~Workspace() = default;
+  // 64-byte aligned; nullptr if the request cannot be met.
+  virtual void* scratch(size_t bytes) = 0;
+};
+
+struct CpuContext;  // kernels/cpu/cpu_context.h: oneDNN engine and stream
+
+struct KernelContext {
+  const Node* node = nullptr;
+  std::vector<const TensorView*> inputs;  // nullptr for an omitted optional input
+  std::vector<TensorView*> outputs;       // nullptr for an omitted optional output
+  Workspace* workspace = nullptr;
+  CpuContext* cpu = nullptr;              // null for reference kernels
+
+  const Attributes& attrs() const { return node->attrs; }
+  const TensorView* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
+  TensorView* output(size_t i) const { return i < outputs.size() ? outputs[i] : nullptr; }
+  template <typename... Args>
+  Status unsupported_error(fmt::format_string<Args...> f, Args&&... args) const {
+    return unsupported("{}: {}", node_label(*node), fmt::format(f, std::forward<Args>(args)...));
+  }
+};
+
+using KernelFn = Status (*)(KernelContext&);
+
+#define KILN_OP(e, name, group)          \
+  Status ref_##e(KernelContext& ctx);    \
+  Status cpu_##e(KernelContext& ctx);
+#include "ir/op_table.def"
+#undef KILN_OP
+
+KernelFn ref_kernel(OpKind op);
+KernelFn cpu_kernel(OpKind op);
+
+}  // namespace kiln

@@ -1,0 +1,108 @@
+#include "op_test_util.h"
+
+#include <cmath>
+#include <random>
+
+#include "runtime/eager_executor.h"
+
+namespace kiln::testing {
+
+namespace {
+
+Tensor make_input(const InputSpec& spec, std::mt19937_64& rng) {
+  auto t = Tensor::empty(spec.dtype, spec.shape);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  Tensor out = std::move(t).value();
+  std::uniform_real_distribution<double> dist(spec.lo, spec.hi);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double v = spec.values ? (*spec.values)[size_t(i) % spec.values->size()] : dist(rng);
+    dtype_visit(spec.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, f16>) out.data<f16>()[i] = f32_to_f16(float(v));
+      else if constexpr (std::is_same_v<T, bf16>) out.data<bf16>()[i] = f32_to_bf16(float(v));
+      else if constexpr (std::is_same_v<T, bool>) out.data<bool>()[i] = spec.values ? v != 0 : v > 0;
+      else if constexpr (std::is_integral_v<T>) out.data<T>()[i] = T(spec.values ? v : std::floor(v));
+      else out.data<T>()[i] = T(v);
+    });
+  }
+  return out;
+}
+
+struct Built {
+  Graph graph;
+  NamedTensors inputs;
+};
+
+Built build(const OpCase& c) {
+  Built b;
+  std::mt19937_64 rng(1234);
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (c.inputs[i].absent) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    std::string name = "in" + std::to_string(i);
+    ins.push_back(b.graph.add_input(name, c.inputs[i].dtype, sym_shape_from(c.inputs[i].shape)));
+    b.inputs.emplace_back(name, make_input(c.inputs[i], rng));
+  }
+  std::vector<Value*> outs;
+  for (int i = 0; i < c.num_outputs; ++i) outs.push_back(b.graph.add_value("out" + std::to_string(i)));
+  b.graph.add_node(c.op, c.label, ins, outs, c.attrs);
+  for (Value* v : outs) b.graph.mark_output(v);
+  b.graph.opset = 18;
+  return b;
+}
+
+Result<std::vector<Tensor>> run(Built& b, KernelSet set) {
+  EagerExecutor exec(b.graph, set);
+  return exec.run(b.inputs);
+}
+
+}  // namespace
+
+std::vector<Tensor> run_reference(const OpCase& c) {
+  Built b = build(c);
+  auto out = run(b, KernelSet::kReference);
+  EXPECT_TRUE(out.ok()) << c.label << ": " << out.status().message();
+  return out.ok() ? std::move(out).value() : std::vector<Tensor>{};
+}
+
+bool check_op(const OpCase& c) {
+  SCOPED_TRACE(c.label);
+  Built b = build(c);
+  auto ref = run(b, KernelSet::kReference);
+  auto cpu = run(b, KernelSet::kCpu);
+  EXPECT_TRUE(ref.ok()) << "reference: " << ref.status().message();
+  EXPECT_TRUE(cpu.ok()) << "cpu: " << cpu.status().message();
+  if (!ref.ok() || !cpu.ok()) return false;
+  for (size_t k = 0; k < ref->size(); ++k) {
+    const Tensor& r = (*ref)[k];
+    const Tensor& g = (*cpu)[k];
+    EXPECT_EQ(r.dtype(), g.dtype()) << "output " << k;
+    EXPECT_EQ(r.shape(), g.shape()) << "output " << k;
+    if (r.dtype() != g.dtype() || r.shape() != g.shape()) return false;
+    double max_ref = 0, max_err = 0;
+    int64_t worst = -1;
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      double rv = r.element_as_double(i), gv = g.element_as_double(i);
+      if (std::isnan(rv) && std::isnan(gv)) continue;
+      max_ref = std::max(max_ref, std::abs(rv));
+      double err = std::isnan(rv) != std::isnan(gv) ? INFINITY : std::abs(rv - gv);
+      if (err > max_err) max_err = err, worst = i;
+    }
+    double allowed = dtype_is_float(r.dtype()) ? c.tolerance * std::max(1.0, max_ref) : 0.0;
+    EXPECT_LE(max_err, allowed) << "output " << k << " element " << worst << ": ref "
+                                << r.element_as_double(worst) << " cpu " << g.element_as_double(worst);
+    if (max_err > allowed) return false;
+  }
+  return true;
+}
+
+Attributes attrs(std::initializer_list<std::pair<std::string, AttributeValue>> items) {
+  Attributes a;
+  for (const auto& [k, v] : items) a.set(k, v);
+  return a;
+}
+
+}  // namespace kiln::testing

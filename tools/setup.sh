@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything kiln needs to build and test, from Debian packages only.
+# Idempotent: safe to run again; skips apt entirely when all packages are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev opencl-headers ocl-icd-opencl-dev libhwy-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev
+)
+# Only needed to regenerate the reference models (tools/make_reference_models.py).
+if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-onnx python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
