@@ -15,11 +15,5 @@ Status infer_Gather(InferContext& ctx) { return ctx.unsupported_error("not imple
 Status infer_GatherElements(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status infer_Expand(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status infer_Tile(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_Pad(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_Shape(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_ConstantOfShape(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_Range(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_Trilu(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status infer_Resize(InferContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 
 }  // namespace kiln

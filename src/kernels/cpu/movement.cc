@@ -15,11 +15,5 @@ Status cpu_Gather(KernelContext& ctx) { return ctx.unsupported_error("not implem
 Status cpu_GatherElements(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status cpu_Expand(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status cpu_Tile(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_Pad(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_Shape(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_ConstantOfShape(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_Range(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_Trilu(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status cpu_Resize(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 
 }  // namespace kiln

@@ -15,11 +15,5 @@ Status ref_Gather(KernelContext& ctx) { return ctx.unsupported_error("not implem
 Status ref_GatherElements(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status ref_Expand(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 Status ref_Tile(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_Pad(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_Shape(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_ConstantOfShape(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_Range(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_Trilu(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
-Status ref_Resize(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
 
 }  // namespace kiln

@@ -1,0 +1,9 @@
+// cpu kernels for the spatial ops (see kernels/kernel.h).
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+Status cpu_Pad(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
+Status cpu_Resize(KernelContext& ctx) { return ctx.unsupported_error("not implemented yet"); }
+
+}  // namespace kiln
