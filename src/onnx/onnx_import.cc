@@ -231,8 +231,7 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
       g.opset = op.version();
     }
   }
-  if (!has_default_domain) return invalid_argument("{}: model imports no default-domain opset", label);
-  if (g.opset < kOnnxMinOpset || g.opset > kOnnxMaxOpset)
+  if (has_default_domain && (g.opset < kOnnxMinOpset || g.opset > kOnnxMaxOpset))
     return unsupported("{}: opset {} is not supported (kiln reads {}..{})", label, g.opset,
                        kOnnxMinOpset, kOnnxMaxOpset);
 
@@ -265,6 +264,8 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
     std::string what = fmt::format("node '{}' ({})", name, np.op_type());
     if (!np.domain().empty() && np.domain() != "ai.onnx")
       return unsupported("{}: {}: op domain '{}' is not supported", label, what, np.domain());
+    if (!has_default_domain)
+      return invalid_argument("{}: {}: the model imports no default-domain opset", label, what);
     if (np.op_type() == "Constant") {
       if (np.output_size() != 1 || np.output(0).empty())
         return invalid_argument("{}: {}: needs exactly one output", label, what);
