@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "npy/npy.h"
-#include "onnx/onnx_import.h"
+#include "cli/model_file.h"
 #include "runtime/eager_executor.h"
 
 namespace kiln::cli {
@@ -77,7 +77,7 @@ std::string file_name_for(const std::string& value_name) {
 }
 
 Status run_model(const RunOptions& opt) {
-  KILN_ASSIGN_OR_RETURN(Graph g, onnx_import_file(opt.model));
+  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   std::map<std::string, int64_t> dims;
   for (const auto& d : opt.dims) {
     KILN_ASSIGN_OR_RETURN(auto kv, split_assignment(d, "--dim"));
