@@ -42,6 +42,7 @@ std::string node_label(const Node& n) {
 Value* Graph::add_value(std::string name) {
   values_.push_back(std::make_unique<Value>());
   Value* v = values_.back().get();
+  v->id = values_.size() - 1;
   v->name = std::move(name);
   by_name_.emplace(v->name, v);  // duplicates are kept out of the map; verify reports them
   return v;

@@ -50,6 +50,7 @@ std::optional<Shape> sym_shape_concrete(const SymShape& s);
 struct Node;
 
 struct Value {
+  size_t id = 0;  // index in Graph::values(): executors keep per-value slots by it
   std::string name;
   DType dtype = DType::kF32;
   std::optional<SymShape> shape;  // nullopt: rank unknown

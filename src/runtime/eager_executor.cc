@@ -33,7 +33,6 @@ EagerExecutor::EagerExecutor(const Graph& graph, KernelSet kernels)
       cpu_(std::make_unique<CpuContext>()) {
   // Slot per value; a value's slot is cleared after the last node that reads
   // it, unless it is a graph output.
-  for (const auto& v : graph.values()) slot_of_.emplace(v.get(), slot_of_.size());
   std::unordered_map<const Value*, size_t> last_use;
   const auto& nodes = graph.nodes();
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -41,11 +40,11 @@ EagerExecutor::EagerExecutor(const Graph& graph, KernelSet kernels)
       if (in) last_use[in] = i;
   free_after_.resize(nodes.size());
   for (const auto& [v, i] : last_use)
-    if (!v->is_output && !v->constant) free_after_[i].push_back(slot_of_.at(v));
+    if (!v->is_output && !v->constant) free_after_[i].push_back(v->id);
   // Outputs nobody reads are freed right after they are produced.
   for (size_t i = 0; i < nodes.size(); ++i)
     for (const Value* out : nodes[i]->outputs)
-      if (out && out->users.empty() && !out->is_output) free_after_[i].push_back(slot_of_.at(out));
+      if (out && out->users.empty() && !out->is_output) free_after_[i].push_back(out->id);
 }
 
 EagerExecutor::~EagerExecutor() = default;
@@ -93,7 +92,7 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
   infer.inputs.resize(node.inputs.size());
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     if (!node.inputs[i]) continue;
-    const Tensor& t = slots[slot_of_.at(node.inputs[i])];
+    const Tensor& t = slots[node.inputs[i]->id];
     infer.inputs[i] = TypeInfo{true, t.dtype(), sym_shape_from(t.shape()), t};
   }
   infer.outputs.resize(node.outputs.size());
@@ -105,7 +104,7 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
   AllocatorWorkspace workspace(*allocator_);
   kc.workspace = &workspace;
   for (size_t i = 0; i < node.inputs.size(); ++i)
-    kc.inputs.push_back(node.inputs[i] ? &slots[slot_of_.at(node.inputs[i])].view() : nullptr);
+    kc.inputs.push_back(node.inputs[i] ? &slots[node.inputs[i]->id].view() : nullptr);
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     if (!node.outputs[i]) {
       kc.outputs.push_back(nullptr);
@@ -115,8 +114,8 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
     auto shape = info.shape ? sym_shape_concrete(*info.shape) : std::nullopt;
     if (!shape)
       return internal_error("{}: output {} has no concrete shape", node_label(node), i);
-    Tensor& out = slots[slot_of_.at(node.outputs[i])];
-    const Tensor& in0 = node.inputs.empty() || !node.inputs[0] ? Tensor() : slots[slot_of_.at(node.inputs[0])];
+    Tensor& out = slots[node.outputs[i]->id];
+    const Tensor& in0 = node.inputs.empty() || !node.inputs[0] ? Tensor() : slots[node.inputs[0]->id];
     if (i == 0 && op_is_view(node.op) && in0.dtype() == info.dtype &&
         shape_numel(*shape) == in0.numel()) {
       out = in0.reshaped(*shape);  // a view: same bytes, new shape, no copy
@@ -134,17 +133,17 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
 Result<std::vector<Tensor>> EagerExecutor::run(const NamedTensors& inputs) {
   KILN_RETURN_IF_ERROR(check_inputs(inputs));
   allocator_->reset_peak();
-  std::vector<Tensor> slots(slot_of_.size());
-  for (const auto& [name, t] : inputs) slots[slot_of_.at(graph_.find_value(name))] = t;
+  std::vector<Tensor> slots(graph_.values().size());
+  for (const auto& [name, t] : inputs) slots[graph_.find_value(name)->id] = t;
   for (const auto& v : graph_.values())
-    if (v->constant) slots[slot_of_.at(v.get())] = *v->constant;
+    if (v->constant) slots[v->id] = *v->constant;
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     KILN_RETURN_IF_ERROR(run_node(*nodes[i], slots));
     for (size_t slot : free_after_[i]) slots[slot] = Tensor();
   }
   std::vector<Tensor> outputs;
-  for (const Value* v : graph_.outputs()) outputs.push_back(slots[slot_of_.at(v)]);
+  for (const Value* v : graph_.outputs()) outputs.push_back(slots[v->id]);
   return outputs;
 }
 

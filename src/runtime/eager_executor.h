@@ -45,8 +45,7 @@ class EagerExecutor {
   KernelSet kernels_;
   std::shared_ptr<CachingAllocator> allocator_;
   std::unique_ptr<CpuContext> cpu_;
-  std::map<const Value*, size_t> slot_of_;     // value -> index into the run's slots
-  std::vector<std::vector<size_t>> free_after_; // per node: slots whose last use it is
+  std::vector<std::vector<size_t>> free_after_; // per node: value ids whose last use it is
 };
 
 }  // namespace kiln
