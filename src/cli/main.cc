@@ -11,6 +11,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   kiln::cli::Handler show = kiln::cli::add_show_command(app);
   kiln::cli::Handler run = kiln::cli::add_run_command(app);
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    known |= argc > 1 && sub->get_name() == argv[1];
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run; see kiln --help)\n", argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

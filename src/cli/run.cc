@@ -2,6 +2,7 @@
 // its outputs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -22,6 +23,7 @@ struct RunOptions {
   std::string output_dir;
   uint64_t seed = 0;
   bool reference = false;
+  bool op_times = false;
 };
 
 Result<std::pair<std::string, std::string>> split_assignment(const std::string& s, std::string_view flag) {
@@ -76,6 +78,21 @@ std::string file_name_for(const std::string& value_name) {
   return out + ".npy";
 }
 
+void print_op_times(const EagerExecutor& exec) {
+  std::vector<std::pair<double, int>> rows;
+  double total = 0;
+  for (int op = 0; op < kOpCount; ++op) {
+    const auto& t = exec.op_times()[size_t(op)];
+    if (t.calls) rows.emplace_back(t.seconds, op), total += t.seconds;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  fmt::print(stderr, "{:<24}{:>8}{:>12}{:>8}\n", "op", "calls", "ms", "%");
+  for (const auto& [sec, op] : rows)
+    fmt::print(stderr, "{:<24}{:>8}{:>12.3f}{:>8.1f}\n", op_name(OpKind(op)),
+               exec.op_times()[size_t(op)].calls, sec * 1e3, 100 * sec / total);
+  fmt::print(stderr, "{:<24}{:>8}{:>12.3f}\n", "total", "", total * 1e3);
+}
+
 Status run_model(const RunOptions& opt) {
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   std::map<std::string, int64_t> dims;
@@ -117,7 +134,9 @@ Status run_model(const RunOptions& opt) {
     inputs.emplace_back(v->name, std::move(t));
   }
   EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
+  exec.set_op_timing(opt.op_times);
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, exec.run(inputs));
+  if (opt.op_times) print_op_times(exec);
   if (!opt.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.output_dir, ec);
@@ -146,6 +165,7 @@ Handler add_run_command(CLI::App& app) {
   cmd->add_option("--output-dir,-o", opt->output_dir, "write each output as DIR/<output name>.npy");
   cmd->add_option("--seed", opt->seed, "seed for random inputs")->default_val(0);
   cmd->add_flag("--reference", opt->reference, "use the reference kernels (slow; for checking)");
+  cmd->add_flag("--op-times", opt->op_times, "print time per op kind (to stderr)");
   return [opt]() { return run_model(*opt); };
 }
 

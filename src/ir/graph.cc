@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ir/shape_inference.h"
@@ -160,6 +161,9 @@ Status graph_verify(const Graph& g) {
 }
 
 Status graph_infer_shapes(Graph& g) {
+  // Values inference could compute (e.g. Shape of a fully known shape) flow
+  // on to later nodes, so shape chains resolve where their inputs are known.
+  std::unordered_map<const Value*, Tensor> inferred_values;
   for (const auto& n : g.nodes()) {
     InferContext ctx(*n);
     ctx.inputs.resize(n->inputs.size());
@@ -167,6 +171,8 @@ Status graph_infer_shapes(Graph& g) {
       const Value* in = n->inputs[i];
       if (!in) continue;
       ctx.inputs[i] = TypeInfo{true, in->dtype, in->shape, in->constant};
+      if (auto it = inferred_values.find(in); !in->constant && it != inferred_values.end())
+        ctx.inputs[i].value = it->second;
     }
     ctx.outputs.resize(n->outputs.size());
     KILN_RETURN_IF_ERROR(infer_node(ctx));
@@ -175,6 +181,7 @@ Status graph_infer_shapes(Graph& g) {
       if (!out) continue;
       out->dtype = ctx.outputs[i].dtype;
       if (ctx.outputs[i].shape) out->shape = ctx.outputs[i].shape;
+      if (ctx.outputs[i].value) inferred_values[out] = *ctx.outputs[i].value;
     }
   }
   return ok_status();

@@ -1,5 +1,6 @@
 #include "runtime/eager_executor.h"
 
+#include <chrono>
 #include <unordered_map>
 
 #include "ir/shape_inference.h"
@@ -139,7 +140,15 @@ Result<std::vector<Tensor>> EagerExecutor::run(const NamedTensors& inputs) {
     if (v->constant) slots[v->id] = *v->constant;
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    KILN_RETURN_IF_ERROR(run_node(*nodes[i], slots));
+    if (op_timing_) {
+      auto start = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(run_node(*nodes[i], slots));
+      OpTime& t = op_times_[size_t(nodes[i]->op)];
+      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++t.calls;
+    } else {
+      KILN_RETURN_IF_ERROR(run_node(*nodes[i], slots));
+    }
     for (size_t slot : free_after_[i]) slots[slot] = Tensor();
   }
   std::vector<Tensor> outputs;

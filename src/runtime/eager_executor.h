@@ -37,6 +37,14 @@ class EagerExecutor {
 
   const AllocatorStats& allocator_stats() const { return allocator_->stats(); }
 
+  // Per-op-kind time (infer + allocate + kernel), summed over runs while on.
+  struct OpTime {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  void set_op_timing(bool on) { op_timing_ = on; }
+  const std::vector<OpTime>& op_times() const { return op_times_; }
+
  private:
   Status check_inputs(const NamedTensors& inputs) const;
   Status run_node(const Node& node, std::vector<Tensor>& slots);
@@ -45,6 +53,8 @@ class EagerExecutor {
   KernelSet kernels_;
   std::shared_ptr<CachingAllocator> allocator_;
   std::unique_ptr<CpuContext> cpu_;
+  bool op_timing_ = false;
+  std::vector<OpTime> op_times_ = std::vector<OpTime>(kOpCount);
   std::vector<std::vector<size_t>> free_after_; // per node: value ids whose last use it is
 };
 
