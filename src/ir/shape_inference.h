@@ -62,7 +62,7 @@ using InferFn = Status (*)(InferContext&);
 
 InferFn op_infer_fn(OpKind op);
 
-// Runs the node's inference with input/output counts checked first.
+// Runs the node's inference, then checks it set every output the node has.
 Status infer_node(InferContext& ctx);
 
 }  // namespace kiln

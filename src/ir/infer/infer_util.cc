@@ -88,9 +88,5 @@ Status require_dtype(const InferContext& ctx, size_t i, std::initializer_list<DT
                                dtype_name(d));
 }
 
-Result<int64_t> input_rank(const InferContext& ctx, size_t i) {
-  if (!ctx.input(i).shape) return ctx.unsupported_error("input {} has unknown rank", i);
-  return int64_t(ctx.input(i).shape->size());
-}
 
 }  // namespace kiln

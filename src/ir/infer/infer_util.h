@@ -36,7 +36,5 @@ inline SymShape unknown_shape(int64_t rank) { return SymShape(size_t(rank)); }
 
 // Error unless input i's dtype is one of `allowed`.
 Status require_dtype(const InferContext& ctx, size_t i, std::initializer_list<DType> allowed);
-// Error unless the input's rank is known; returns it.
-Result<int64_t> input_rank(const InferContext& ctx, size_t i);
 
 }  // namespace kiln

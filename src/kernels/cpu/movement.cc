@@ -12,7 +12,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/movement_util.h"
+#include "kernels/movement_util.h"
+#include "kernels/cpu/parallel.h"
 
 namespace kiln {
 
@@ -32,18 +33,6 @@ void visit_element_size(size_t size, Fn&& fn) {
     case 4: fn(uint32_t{}); break;
     default: fn(uint64_t{}); break;
   }
-}
-
-// fn(begin, end) over [0, n) in contiguous chunks, across threads when asked.
-template <typename Fn>
-void parallel_ranges(int64_t n, bool parallel, Fn&& fn) {
-  if (!parallel || n < 2) {
-    if (n > 0) fn(int64_t(0), n);
-    return;
-  }
-  int64_t chunks = std::min<int64_t>(n, int64_t(omp_get_max_threads()) * 4);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) fn(n * c / chunks, n * (c + 1) / chunks);
 }
 
 // Dims walked in row-major order, with the input's stride (in elements) per dim.

@@ -11,6 +11,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
@@ -30,7 +31,6 @@ void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64
 namespace {
 
 constexpr int64_t kMaxRank = 64;
-constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
 template <class T>
 constexpr bool kIsNumeric = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
@@ -46,19 +46,6 @@ Status visit_numeric(const KernelContext& ctx, DType dtype, Fn&& fn) {
       return ctx.unsupported_error("dtype {} is not supported", dtype_name(dtype));
     }
   });
-}
-
-// fn(t) for t in [0, tasks), on the OpenMP pool when `elements` pays for it.
-// Tiny inputs (shape arithmetic) skip the pragma: an OpenMP region costs ~1 us
-// even when its `if` clause is false.
-template <class Fn>
-void parallel_for(int64_t tasks, int64_t elements, const Fn& fn) {
-  if (tasks < 2 || elements < kParallelMinElements) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
 template <class T>
@@ -172,7 +159,7 @@ void reduce_strided(const T* x, T* y, const ReduceRuns& runs, const Op& op) {
     }
     stride *= runs.size[r];
   }
-  parallel_for(outputs, outputs * count, [&](int64_t o) {
+  parallel_for(outputs, outputs * count >= kParallelMinElements, [&](int64_t o) {
     int64_t base = 0;
     for (int64_t k = 0, rest = o; k < kept_rank; ++k) {  // runs are stored innermost first
       base += (rest % kept_size[k]) * kept_stride[k];
@@ -221,7 +208,7 @@ Status reduce_op(KernelContext& ctx, Reduce kind) {
 
 // Softmax along a middle axis: each (outer, inner) column in place in y.
 void softmax_strided(const float* x, float* y, AxisSplit p) {
-  parallel_for(p.outer * p.inner, p.outer * p.n * p.inner, [&](int64_t t) {
+  parallel_for(p.outer * p.inner, p.outer * p.n * p.inner >= kParallelMinElements, [&](int64_t t) {
     const int64_t first = (t / p.inner) * p.n * p.inner + t % p.inner;
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t k = 0; k < p.n; ++k) max = max_nan(max, x[first + k * p.inner]);
@@ -307,7 +294,7 @@ Status cpu_ArgMax(KernelContext& ctx) {
   int64_t* y = ctx.output(0)->as<int64_t>();
   return visit_numeric(ctx, x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    parallel_for(p.outer * p.inner, x.numel(), [&](int64_t t) {
+    parallel_for(p.outer * p.inner, x.numel() >= kParallelMinElements, [&](int64_t t) {
       const T* col = x.as<T>() + (t / p.inner) * p.n * p.inner + t % p.inner;
       T best = col[0];
       int64_t best_k = 0;
@@ -331,7 +318,7 @@ Status cpu_CumSum(KernelContext& ctx) {
     using T = decltype(tag);
     // Row k of a slab is the inner-sized run at k; each output row is the
     // previous output row plus one input row, which vectorizes over inner.
-    parallel_for(p.outer, x.numel(), [&](int64_t o) {
+    parallel_for(p.outer, x.numel() >= kParallelMinElements, [&](int64_t o) {
       const T* in = x.as<T>() + o * p.n * p.inner;
       T* out = ctx.output(0)->as<T>() + o * p.n * p.inner;
       for (int64_t step = 0; step < p.n; ++step) {

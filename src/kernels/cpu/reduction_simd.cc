@@ -7,6 +7,8 @@
 // Max propagates NaN like numpy, which the reference kernels follow.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/reduction_simd.cc"
+#include "kernels/cpu/parallel.h"
+
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
@@ -21,7 +23,6 @@
 namespace kiln::reduction_simd {
 constexpr int64_t kBlock = 4096;        // multiple of 4 vectors on every target
 constexpr int64_t kColumnChunk = 1024;  // accumulator run kept in L1 by Sum/MaxColumns
-constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 inline float max_nan(float a, float b) { return (a < b || b != b) ? b : a; }
 }  // namespace kiln::reduction_simd
@@ -43,19 +44,6 @@ HWY_INLINE void StoreTail(D d, V v, float* p, int64_t n) {
   HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)];
   hn::Store(v, d, buf);
   std::copy(buf, buf + n, p);
-}
-
-// fn(t) for t in [0, tasks), on the OpenMP pool when `elements` pays for it.
-// Tiny inputs skip the pragma: an OpenMP region costs ~1 us even when its
-// `if` clause is false.
-template <class Fn>
-HWY_INLINE void ParallelFor(int64_t tasks, int64_t elements, const Fn& fn) {
-  if (tasks < 2 || elements < kParallelMinElements) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
 HWY_INLINE V MaxNaN(V a, V b) { return hn::IfThenElse(hn::Or(hn::Lt(a, b), hn::IsNaN(b)), b, a); }
@@ -198,7 +186,7 @@ template <class VecOp, class ScalarOp>
 HWY_INLINE void ReduceColumns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
                               float init, float scale, const VecOp& vop, const ScalarOp& sop) {
   const int64_t chunks = (inner + kColumnChunk - 1) / kColumnChunk;
-  ParallelFor(outer * chunks, outer * n * inner, [&](int64_t t) {
+  parallel_for(outer * chunks, outer * n * inner >= kParallelMinElements, [&](int64_t t) {
     const int64_t o = t / chunks, j = (t % chunks) * kColumnChunk;
     const int64_t len = std::min(kColumnChunk, inner - j);
     float* acc = y + o * inner + j;
@@ -209,17 +197,17 @@ HWY_INLINE void ReduceColumns(const float* x, float* y, int64_t outer, int64_t n
 }
 
 void SoftmaxRows(const float* x, float* y, int64_t rows, int64_t n) {
-  ParallelFor(rows, rows * n, [&](int64_t r) { SoftmaxRow(x + r * n, y + r * n, n); });
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) { SoftmaxRow(x + r * n, y + r * n, n); });
 }
 
 void SumRows(const float* x, float* y, int64_t rows, int64_t n, float scale) {
-  ParallelFor(rows, rows * n, [&](int64_t r) {
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) {
     y[r] = float(SumRow(x + r * n, n, [](V v) { return v; }) * scale);
   });
 }
 
 void MaxRows(const float* x, float* y, int64_t rows, int64_t n) {
-  ParallelFor(rows, rows * n, [&](int64_t r) { y[r] = MaxRow(x + r * n, n); });
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) { y[r] = MaxRow(x + r * n, n); });
 }
 
 void SumColumns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float scale) {
@@ -233,7 +221,7 @@ void MaxColumns(const float* x, float* y, int64_t outer, int64_t n, int64_t inne
 
 void LayerNormRows(const float* x, float* y, int64_t rows, int64_t n, float eps, const float* scale,
                    const float* bias, float* mean_out, float* inv_std_out) {
-  ParallelFor(rows, rows * n, [&](int64_t r) {
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) {
     float mean, inv_std;
     MeanInvStd(x + r * n, n, eps, mean, inv_std);
     NormalizeRow(x + r * n, y + r * n, n, mean, inv_std, scale, bias);
@@ -244,7 +232,7 @@ void LayerNormRows(const float* x, float* y, int64_t rows, int64_t n, float eps,
 
 void InstanceNormRows(const float* x, float* y, int64_t rows, int64_t n, int64_t channels,
                       float eps, const float* scale, const float* bias) {
-  ParallelFor(rows, rows * n, [&](int64_t r) {
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) {
     float mean, inv_std;
     MeanInvStd(x + r * n, n, eps, mean, inv_std);
     const float a = inv_std * scale[r % channels];

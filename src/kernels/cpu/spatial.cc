@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/spatial_params.h"
+#include "kernels/spatial_params.h"
 #include "kernels/kernel.h"
 
 namespace kiln {

@@ -3,7 +3,7 @@
 // Slow and obvious on purpose; they are the test oracle only.
 #include <cstring>
 
-#include "kernels/cpu/movement_util.h"
+#include "kernels/movement_util.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu/movement_util.h"
+#include "kernels/movement_util.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "kernels/cpu/spatial_params.h"
+#include "kernels/spatial_params.h"
 
 #include <algorithm>
 #include <cmath>
