@@ -13,7 +13,7 @@ bash tools/build.sh
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== ASan + UBSan build and tests"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON -DKILN_BUILD_TESTS=ON \
   -DKILN_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 KILN_SANITIZED=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

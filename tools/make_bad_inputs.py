@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""Write kiln's bad-input suite: tests/bad_inputs/*.{onnx,npy,safetensors,bin}
+and the manifest tests/bad_inputs/cases.txt.
+
+Every file is malformed, truncated or hostile in exactly one way. For each,
+`kiln <args>` must fail with exit code 2 and one error line that names the file
+and says what is wrong; tests/bad_inputs/check.sh runs the manifest. A manifest
+line is
+
+    <kiln args, relative to tests/bad_inputs> | <expected substring of the error line>
+
+The files are tiny on purpose: a hostile file is one that *claims* to be big
+(huge dims, offsets past the end), and the test is that kiln believes the claim
+only after checking it against what is really there.
+
+It also writes the fuzzers' seed corpora, fuzz/corpus/<target>/: every bad
+file of the target's format, a few valid ones, and tiny models and tensors from
+the ONNX backend node tests (Debian's libonnx-testdata).
+
+Deterministic: running the script twice writes identical bytes. The output
+folders are emptied first (tests/bad_inputs/ keeps check.sh). Regenerate with
+    /usr/bin/python3 tools/make_bad_inputs.py
+Needs onnx and numpy (Debian's python3-onnx, python3-numpy); nothing else.
+"""
+import argparse
+import json
+import os
+import re
+import struct
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 13
+FLOAT = TensorProto.FLOAT
+INT64 = TensorProto.INT64
+
+
+# ---------------------------------------------------------------- builders
+
+def model(nodes, inputs, outputs, initializers=(), opset=OPSET, extra_opsets=()):
+    """A ModelProto from plain parts. No onnx.checker: most of these files
+    are invalid on purpose, and the checker would refuse to write them."""
+    graph = helper.make_graph(list(nodes), "bad", list(inputs), list(outputs), list(initializers))
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra_opsets]
+    m = helper.make_model(graph, opset_imports=opsets, producer_name="make_bad_inputs")
+    m.ir_version = 8
+    return m
+
+
+def vinfo(name, elem_type=FLOAT, shape=(2, 3)):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def raw_tensor(name, dims, data_type=FLOAT, raw=b""):
+    """A TensorProto written field by field, so dims and data may disagree."""
+    t = TensorProto()
+    t.name = name
+    t.data_type = data_type
+    t.dims.extend(dims)
+    t.raw_data = raw
+    return t
+
+
+def const_tensor(name, array):
+    """A well-formed initializer from a numpy array."""
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def external_tensor(name, dims, location, offset=None, length=None):
+    t = TensorProto()
+    t.name = name
+    t.data_type = FLOAT
+    t.dims.extend(dims)
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            e = t.external_data.add()
+            e.key, e.value = key, str(value)
+    return t
+
+
+def relu_model():
+    """The valid model the .npy cases feed: y = Relu(x), x float [2, 3]."""
+    return model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("y")])
+
+
+def add_weight_model(w):
+    """y = x + w for a float input x [2, 3] and an initializer w."""
+    return model([helper.make_node("Add", ["x", "w"], ["y"])], [vinfo("x")], [vinfo("y", shape=None)], [w])
+
+
+def npy_bytes(descr, shape, data=b"", fortran="False", magic=b"\x93NUMPY", version=(1, 0)):
+    """A .npy file with an arbitrary header, padded as numpy pads it."""
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (descr, fortran, dims)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return magic + bytes(version) + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def safetensors_bytes(header, data=b"", header_len=None):
+    """A safetensors file: u64 header length, JSON header, data section.
+    `header` is a dict (serialized) or raw bytes; `header_len` can lie."""
+    text = header if isinstance(header, bytes) else json.dumps(header, sort_keys=True).encode()
+    n = len(text) if header_len is None else header_len
+    return struct.pack("<Q", n) + text + data
+
+
+def serialize(m):
+    return m.SerializeToString()
+
+
+# ---------------------------------------------------------------- the cases
+
+# (file name, bytes) pairs written before the manifest; side files included.
+FILES = []
+# (kiln args, expected substring of the error line, why the file is bad).
+CASES = []
+
+
+def add_file(name, data):
+    FILES.append((name, data))
+
+
+def case(args, expect, why):
+    CASES.append((args, expect, why))
+
+
+def onnx_case(name, m_or_bytes, expect, why):
+    add_file(name, m_or_bytes if isinstance(m_or_bytes, bytes) else serialize(m_or_bytes))
+    case(f"run {name}", f"{name}: {expect}", why)
+
+
+def build_cases():
+    valid = serialize(relu_model())
+    add_file("relu.onnx", valid)
+
+    # --- ONNX: the container itself
+    onnx_case("empty.onnx", b"", "not a valid ONNX model (no graph)",
+              "zero bytes: parses as an empty ModelProto")
+    # A varint whose continuation bit never ends, then garbage: protobuf rejects it.
+    onnx_case("not_protobuf.onnx", b"\xff" * 16 + b"this is not an ONNX model\n",
+              "not a valid ONNX model (protobuf parse failed)", "random bytes, not protobuf")
+    onnx_case("truncated.onnx", valid[: len(valid) // 2],
+              "not a valid ONNX model (protobuf parse failed)", "a valid model cut in half")
+    m = relu_model()
+    m.ClearField("graph")
+    onnx_case("no_graph.onnx", m, "not a valid ONNX model (no graph)",
+              "a ModelProto with opsets but no graph")
+    onnx_case("opset99.onnx",
+              model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("y")], opset=99),
+              "opset 99 is not supported", "default-domain opset from the future")
+
+    # --- ONNX: ops
+    onnx_case("unknown_op.onnx",
+              model([helper.make_node("FrobnicateV2", ["x"], ["y"], name="frob")], [vinfo("x")], [vinfo("y")]),
+              "node 'frob' (FrobnicateV2): unknown op 'FrobnicateV2'", "op kiln has never heard of")
+    onnx_case("foreign_domain.onnx",
+              model([helper.make_node("FusedGelu", ["x"], ["y"], name="gelu", domain="com.microsoft")],
+                    [vinfo("x")], [vinfo("y")], extra_opsets=[("com.microsoft", 1)]),
+              "node 'gelu' (FusedGelu): op domain 'com.microsoft' is not supported", "op from a vendor domain")
+
+    # --- ONNX: values and graph structure
+    onnx_case("string_input.onnx",
+              model([helper.make_node("Identity", ["s"], ["y"])], [vinfo("s", TensorProto.STRING, (2,))],
+                    [vinfo("y", TensorProto.STRING, (2,))]),
+              "input 's': element type STRING is not supported", "graph input of dtype string")
+    onnx_case("input_negative_dim.onnx",
+              model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x", shape=(2, -3))], [vinfo("y")]),
+              "input 'x': negative dimension -3", "graph input declared with a negative dim")
+    onnx_case("undefined_input.onnx",
+              model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")], [vinfo("x")], [vinfo("y")]),
+              "node 'add' (Add): input 'ghost' is not defined", "node reads a value nobody defines")
+    onnx_case("duplicate_output.onnx",
+              model([helper.make_node("Relu", ["x"], ["y"], name="first"),
+                     helper.make_node("Neg", ["x"], ["y"], name="second")], [vinfo("x")], [vinfo("y")]),
+              "node 'second' (Neg): output 'y' is defined twice", "two nodes produce the same value")
+    # a = x + b, b = Relu(a): ONNX requires nodes in topological order, so the
+    # importer meets 'b' before anything defines it.
+    onnx_case("cycle.onnx",
+              model([helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+                     helper.make_node("Relu", ["a"], ["b"], name="relu")], [vinfo("x")], [vinfo("b")]),
+              "node 'add' (Add): input 'b' is not defined", "two nodes feed each other")
+    onnx_case("output_never_produced.onnx",
+              model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("z")]),
+              "graph output 'z' is never produced", "declared output no node writes")
+
+    # --- ONNX: nodes with the wrong number of inputs or outputs. The expected
+    # text stops at the node: the wording is each op group's own.
+    onnx_case("missing_input.onnx",
+              model([helper.make_node("Softmax", [], ["y"], name="sm")], [vinfo("x")], [vinfo("y")]),
+              "node 'sm' (Softmax): ", "a required input not given")
+    onnx_case("omitted_input.onnx",
+              model([helper.make_node("Softmax", [""], ["y"], name="sm")], [vinfo("x")], [vinfo("y")]),
+              "node 'sm' (Softmax): ", "a required input given as '' (omitted)")
+    onnx_case("extra_outputs.onnx",
+              model([helper.make_node("ReduceMean", ["x"], ["y", "y2", "y3"], name="mean")], [vinfo("x")],
+                    [vinfo("y")]),
+              "node 'mean' (ReduceMean): ", "three outputs from a one-output op")
+    onnx_case("no_outputs.onnx",
+              model([helper.make_node("ReduceSum", ["x"], [], name="sum"),
+                     helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("y")]),
+              "node 'sum' (ReduceSum): ", "a node with no outputs")
+
+    # --- ONNX: initializers
+    onnx_case("raw_data_size.onnx",
+              add_weight_model(raw_tensor("w", [2, 3], raw=b"\0" * 8)),
+              "initializer 'w': raw_data has 8 bytes, shape [2,3] of f32 needs 24",
+              "raw_data shorter than dims say")
+    onnx_case("negative_dim.onnx",
+              add_weight_model(raw_tensor("w", [-1, 3], raw=b"\0" * 12)),
+              "initializer 'w': negative dimension -1", "initializer dim below zero")
+    onnx_case("dims_overflow.onnx",
+              add_weight_model(raw_tensor("w", [2**40, 2**40], raw=b"\0" * 4)),
+              "initializer 'w': shape [1099511627776,1099511627776] has more than 2^40 elements",
+              "dims whose product overflows int64")
+    # Typed data (float_data) instead of raw_data: the count must be checked
+    # before a buffer of the claimed size is allocated (2^31 floats = 8 GB).
+    t = TensorProto()
+    t.name, t.data_type = "w", FLOAT
+    t.dims.extend([2**31])
+    t.float_data.extend([1.0])
+    onnx_case("float_data_count.onnx", add_weight_model(t),
+              "initializer 'w': float_data has 1 values, shape needs 2147483648",
+              "8 GB claimed, 4 bytes present")
+    t = TensorProto()
+    t.name, t.data_type = "w", 1234
+    t.dims.extend([1])
+    t.raw_data = b"\0" * 4
+    onnx_case("bad_dtype.onnx", add_weight_model(t), "initializer 'w': invalid element type 1234",
+              "data_type not in the enum")
+
+    # --- ONNX: external data. The side file is 64 bytes: 16 floats.
+    add_file("ext_data.bin", np.arange(16, dtype="<f4").tobytes())
+    onnx_case("ext_offset_past_end.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "ext_data.bin", offset=4096)),
+              "initializer 'w': external data [4096, 4120) lies past the end of 'ext_data.bin' (64 bytes)",
+              "offset beyond the side file")
+    onnx_case("ext_size_past_end.onnx",
+              add_weight_model(external_tensor("w", [2, 3, 4], "ext_data.bin", offset=0)),
+              "initializer 'w': external data [0, 96) lies past the end of 'ext_data.bin' (64 bytes)",
+              "offset inside, but the data runs past the end")
+    onnx_case("ext_huge_offset.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "ext_data.bin", offset=2**64 - 8)),
+              "initializer 'w': '18446744073709551608' is not a valid external data offset/length",
+              "offset near 2^64, where offset + size would wrap")
+    onnx_case("ext_length_mismatch.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "ext_data.bin", length=12)),
+              "initializer 'w': external data length 12 does not match shape [2,3] (24 bytes)",
+              "length key disagrees with dims")
+    onnx_case("ext_escape.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "../bad_inputs/ext_data.bin")),
+              "initializer 'w': external data location '../bad_inputs/ext_data.bin' leaves the model folder",
+              "location climbs out of the model folder (the file does exist)")
+    onnx_case("ext_absolute.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "/etc/passwd")),
+              "initializer 'w': external data location '/etc/passwd' must be a relative path",
+              "absolute location")
+    onnx_case("ext_missing.onnx",
+              add_weight_model(external_tensor("w", [2, 3], "no_such_weights.bin")),
+              "initializer 'w': external data: ./no_such_weights.bin: no such file", "side file does not exist")
+
+    # --- ONNX: shapes (messages come from shape inference in src/ir/infer/)
+    onnx_case("matmul_mismatch.onnx",
+              model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], [], [vinfo("y", shape=None)],
+                    [const_tensor("a", np.zeros((2, 3), "f4")), const_tensor("b", np.zeros((4, 5), "f4"))]),
+              "node 'mm' (MatMul): inner dims of A and B disagree: 3 vs 4", "[2,3] x [4,5]")
+    onnx_case("add_broadcast_mismatch.onnx",
+              model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [vinfo("x")], [vinfo("y", shape=None)],
+                    [const_tensor("w", np.zeros((4, 5), "f4"))]),
+              "node 'add' (Add): shapes [2,3] and [4,5] do not broadcast", "[2,3] + [4,5]")
+    onnx_case("reshape_mismatch.onnx",
+              model([helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [vinfo("x")],
+                    [vinfo("y", shape=None)], [const_tensor("s", np.array([4, 5], "i8"))]),
+              "node 'reshape' (Reshape): cannot reshape [2,3] (6 elements) to [4,5]", "6 elements reshaped to 20")
+    # Declared dims that are each fine but multiply past int64: inference must
+    # not overflow computing Reshape's element count.
+    onnx_case("input_dims_overflow.onnx",
+              model([helper.make_node("Reshape", ["x", "s"], ["y"], name="flatten")],
+                    [vinfo("x", shape=(2**40, 2**40))], [vinfo("y", shape=None)],
+                    [const_tensor("s", np.array([-1], "i8"))]),
+              "node 'flatten' (Reshape): a dimension product (1099511627776 x 1099511627776) exceeds "
+              "1099511627776 elements", "input [2^40, 2^40] flattened")
+    onnx_case("constant_of_shape_overflow.onnx",
+              model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")], [], [vinfo("y", shape=None)],
+                    [const_tensor("s", np.array([2**20, 2**20, 2**20], "i8"))]),
+              "node 'fill' (ConstantOfShape): shape [1048576,1048576,1048576] has more than 2^40 elements",
+              "2^60 elements requested by a 109-byte file")
+    onnx_case("constant_of_shape_huge.onnx",
+              model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")], [], [vinfo("y", shape=None)],
+                    [const_tensor("s", np.array([2**38], "i8"))]),
+              "node 'fill' (ConstantOfShape): cannot allocate 1099511627776 bytes for a tensor of shape "
+              "[274877906944]", "1 TB of zeros: under 2^40 elements, far past memory")
+
+    # --- .npy inputs, fed to relu.onnx (x: float [2, 3])
+    def npy_case(name, data, expect, why):
+        add_file(name, data)
+        case(f"run relu.onnx --input x={name}", f"{name}: {expect}", why)
+
+    good = np.arange(6, dtype="<f4").tobytes()
+    npy_case("npy_bad_magic.npy", npy_bytes("<f4", (2, 3), good, magic=b"\x93NUMPX"),
+             "not a .npy file (bad magic)", "magic string wrong")
+    npy_case("npy_empty.npy", b"", "not a .npy file (bad magic)", "zero bytes")
+    npy_case("npy_truncated_data.npy", npy_bytes("<f4", (2, 3), good[:10]),
+             ".npy data is 10 bytes, shape [2,3] of f32 needs 24", "data cut short")
+    npy_case("npy_truncated_header.npy", npy_bytes("<f4", (2, 3))[:40],
+             "truncated .npy header", "header length points past the end")
+    npy_case("npy_huge_shape.npy", npy_bytes("<f4", (2**40,)),
+             ".npy data is 0 bytes, shape [1099511627776] of f32 needs 4398046511104",
+             "header claims 4 TB, no data")
+    npy_case("npy_shape_overflow.npy", npy_bytes("<f4", (2**40, 2**40)),
+             "shape [1099511627776,1099511627776] has more than 2^40 elements", "shape product overflows int64")
+    npy_case("npy_dim_digits.npy", npy_bytes("<f4", (10**30,)),
+             "malformed .npy header: dimension too large", "a 31-digit dimension")
+    npy_case("npy_fortran.npy", npy_bytes("<f4", (2, 3), good, fortran="True"),
+             "Fortran-order .npy arrays are not supported", "column-major data")
+    npy_case("npy_dtype.npy", npy_bytes("<c8", (2, 3), b"\0" * 48),
+             ".npy dtype '<c8' is not supported", "complex64")
+    npy_case("npy_big_endian.npy", npy_bytes(">f4", (2, 3), good),
+             ".npy dtype '>f4' is not supported", "big-endian floats")
+    npy_case("npy_version.npy", npy_bytes("<f4", (2, 3), good, version=(9, 0)),
+             ".npy format version 9 is not supported", "format version from the future")
+    # Valid files that do not fit relu.onnx's input x: float [2, 3].
+    npy_case("npy_wrong_shape.npy", npy_bytes("<f4", (3,), good[:12]),
+             "input 'x' must have shape [2,3], got [3]", "a [3] array for a [2,3] input")
+    npy_case("npy_wrong_dtype.npy", npy_bytes("<i8", (2, 3), b"\0" * 48),
+             "input 'x' must be f32, got i64", "int64 array for a float input")
+    case("run relu.onnx --input x=npy_missing.npy", "npy_missing.npy: no such file", "no such file")
+
+    # --- safetensors, given as MODEL: kiln validates the file, then says it
+    # holds weights only. `kiln show` lists a weights file's tensors.
+    def st_case(name, data, expect, why, command="run"):
+        add_file(name, data)
+        case(f"{command} {name}", f"{name}: {expect}", why)
+
+    w = {"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}
+    st_case("weights.safetensors", safetensors_bytes(w, good),
+            "holds tensors only, not a model; give an ONNX file", "a valid weights file is not a model")
+    add_file("weights.npy", npy_bytes("<f4", (2, 3), good))
+    case("run weights.npy", "weights.npy: holds tensors only, not a model; give an ONNX file",
+         "a valid .npy file is not a model")
+    st_case("st_header_len.safetensors", safetensors_bytes(w, good, header_len=2**40),
+            "header length 1099511627776 exceeds the file", "header length past the end")
+    st_case("st_bad_json.safetensors", safetensors_bytes(b'{"w": {"dtype": "F32", "shape": [2, 3', good),
+            "header is not a JSON object", "header cut mid-JSON")
+    st_case("st_offsets.safetensors",
+            safetensors_bytes({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 4096]}}, good),
+            "tensor 'w': data_offsets [0, 4096) lie outside the data section (24 bytes)",
+            "data_offsets past the end")
+    st_case("st_offsets_show.safetensors",
+            safetensors_bytes({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [8, 32]}}, good),
+            "tensor 'w': data_offsets [8, 32) lie outside the data section (24 bytes)",
+            "data_offsets past the end, listed with `kiln show`", command="show")
+    st_case("st_size_mismatch.safetensors",
+            safetensors_bytes({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]}}, good),
+            "tensor 'w': 16 bytes of data, shape [2,3] needs 24", "data_offsets disagree with shape")
+    st_case("st_shape_overflow.safetensors",
+            safetensors_bytes({"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 24]}}, good),
+            "tensor 'w': shape [1099511627776,1099511627776] has more than 2^40 elements", "shape product overflows int64")
+    st_case("st_overlap.safetensors",
+            safetensors_bytes({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                               "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, good),
+            "tensor data ranges overlap at offset 8", "two tensors share bytes")
+
+
+# ---------------------------------------------------------------- fuzz seeds
+
+# Tiny ONNX backend node tests (Debian's libonnx-testdata): valid models over
+# many ops, and their TensorProto (.pb) inputs in several dtypes.
+NODE_TESTS = "/usr/share/libonnx-testdata/data/node"
+SEED_MODELS = """relu add matmul_2d gemm_default_no_bias conv_with_strides_padding
+softmax_axis_1 layer_normalization_2d_axis0 reshape_reordered_all_dims
+constantofshape_int_zeros concat_2d_axis_0 transpose_default slice gather_0
+where_example resize_upsample_scales_nearest einsum_batch_matmul
+split_equal_parts_1d expand_dim_changed range_float_type_positive_delta
+cast_FLOAT_to_FLOAT16 cumsum_1d unsqueeze_axis_0 flatten_axis0""".split()
+SEED_TENSORS = ["relu/test_data_set_0/input_0.pb",  # f32
+                "gather_0/test_data_set_0/input_1.pb",  # i64
+                "where_example/test_data_set_0/input_0.pb",  # bool
+                "cast_FLOAT_to_FLOAT16/test_data_set_0/output_0.pb",  # f16
+                "range_float_type_positive_delta/test_data_set_0/input_0.pb"]  # f32 scalar
+
+
+def symbolic_model():
+    """A valid model with what the node tests lack: a symbolic batch dim,
+    Constant nodes in several attribute forms, typed (non-raw) initializer data."""
+    w = TensorProto()
+    w.name, w.data_type = "w", FLOAT
+    w.dims.extend([3])
+    w.float_data.extend([1.0, 2.0, 3.0])
+    nodes = [helper.make_node("Constant", [], ["shape"], value_ints=[-1, 3]),
+             helper.make_node("Constant", [], ["half"], value_float=0.5),
+             helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Add", ["r", "w"], ["a"]),
+             helper.make_node("Mul", ["a", "half"], ["y"])]
+    return model(nodes, [vinfo("x", shape=("batch", 3))], [vinfo("y", shape=("batch", 3))], [w])
+
+
+def fuzz_seeds():
+    """{target: [(file name, bytes)]}: valid files of each format and every
+    bad input of that format, so the fuzzers start next to each check."""
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    seeds = {"onnx_import": [], "onnx_tensor": [], "npy": [], "safetensors": []}
+    for name, data in FILES:
+        target = {".onnx": "onnx_import", ".npy": "npy", ".safetensors": "safetensors"}.get(
+            os.path.splitext(name)[1])
+        if target:
+            seeds[target].append((name, data))
+    for t in SEED_MODELS:
+        seeds["onnx_import"].append((f"node_{t}.onnx", read(f"{NODE_TESTS}/test_{t}/model.onnx")))
+    seeds["onnx_import"].append(("symbolic.onnx", serialize(symbolic_model())))
+
+    for path in SEED_TENSORS:
+        seeds["onnx_tensor"].append(("node_" + path.split("/")[0] + ".pb", read(f"{NODE_TESTS}/test_{path}")))
+    typed = TensorProto()
+    typed.data_type = INT64
+    typed.dims.extend([2, 2])
+    typed.int64_data.extend([1, -2, 3, -4])
+    seeds["onnx_tensor"].append(("typed_i64.pb", typed.SerializeToString()))
+    i32 = TensorProto()
+    i32.data_type = TensorProto.INT32
+    i32.dims.extend([3])
+    i32.int32_data.extend([7, 8, 9])
+    seeds["onnx_tensor"].append(("typed_i32.pb", i32.SerializeToString()))
+    seeds["onnx_tensor"].append(("external.pb", external_tensor("e", [2], "x.bin").SerializeToString()))
+    seeds["onnx_tensor"].append(("raw_short.pb", raw_tensor("r", [4], raw=b"\0" * 8).SerializeToString()))
+
+    for descr, shape in (("<f4", (2, 3)), ("<i8", ()), ("|b1", (4,)), ("<f2", (1, 2, 2)), ("|u1", (0,))):
+        n = int(np.prod(shape))
+        seeds["npy"].append((f"valid_{descr[1:]}_{len(shape)}d.npy",
+                             npy_bytes(descr, shape, bytes(n * int(descr[2:])))))
+    seeds["npy"].append(("valid_v2.npy", npy_bytes("<i4", (3,), bytes(12), version=(2, 0))))
+
+    good = np.arange(6, dtype="<f4").tobytes()
+    header = {"__metadata__": {"format": "pt"},
+              "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+              "b": {"dtype": "I64", "shape": [1], "data_offsets": [24, 32]},
+              "c": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [32, 40]},
+              "d": {"dtype": "BOOL", "shape": [0], "data_offsets": [40, 40]}}
+    seeds["safetensors"].append(("valid_four.safetensors", safetensors_bytes(header, good + bytes(16))))
+    seeds["safetensors"].append(("valid_empty.safetensors", safetensors_bytes({})))
+    return seeds
+
+
+def onnx_dictionary():
+    """A libFuzzer dictionary for the ONNX importer: op and attribute names
+    are strings a byte-level mutator would take ages to spell."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "src", "ir", "op_table.def")) as f:
+        ops = re.findall(r'^KILN_OP\(\w+, "(\w+)"', f.read(), re.M)
+    attrs = """allowzero alpha auto_pad axes axis beta coordinate_transformation_mode
+    dilations epsilon equation exclusive group keepdims kernel_shape mode output_padding
+    pads perm reverse select_last_index split strides to transA transB upper value
+    value_float value_floats value_int value_ints location offset length""".split()
+    words = ops + ["Constant", "ai.onnx"] + attrs
+    return "".join(f'"{w}"\n' for w in words)
+
+
+def write_seeds(root):
+    for target, files in fuzz_seeds().items():
+        folder = os.path.join(root, target)
+        os.makedirs(folder, exist_ok=True)
+        for old in os.listdir(folder):  # drop seeds a previous version wrote
+            os.remove(os.path.join(folder, old))
+        for name, data in files:
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+    with open(os.path.join(root, "..", "onnx_import.dict"), "w") as f:
+        f.write("# Written by tools/make_bad_inputs.py: op and attribute names for onnx_import_fuzzer.\n")
+        f.write(onnx_dictionary())
+    return sum(len(files) for files in fuzz_seeds().values())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "bad_inputs"))
+    ap.add_argument("--corpus", default=os.path.join(here, "..", "fuzz", "corpus"),
+                    help="where the fuzzers' seed corpora go (one folder per fuzz target)")
+    args = ap.parse_args()
+    build_cases()
+    os.makedirs(args.out, exist_ok=True)
+    for old in os.listdir(args.out):  # a renamed case must not leave its old file behind
+        if old != "check.sh":
+            os.remove(os.path.join(args.out, old))
+    for name, data in FILES:
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(data)
+    with open(os.path.join(args.out, "cases.txt"), "w") as f:
+        f.write("# Written by tools/make_bad_inputs.py; do not edit by hand.\n")
+        f.write("# <kiln args, relative to this folder> | <expected substring of the one error line>\n")
+        for args_, expect, why in CASES:
+            assert "|" not in args_ and "\n" not in expect
+            f.write(f"# {why}\n{args_} | {expect}\n")
+    print(f"wrote {len(FILES)} files and {len(CASES)} cases to {os.path.normpath(args.out)}")
+    print(f"wrote {write_seeds(args.corpus)} fuzz seeds to {os.path.normpath(args.corpus)}")
+
+
+if __name__ == "__main__":
+    main()
