@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
 
@@ -86,6 +88,15 @@ TEST(Core, ShapeProductOverflowIsAnError) {
 TEST(Core, HalfPrecisionConversionsRoundToNearestEven) {
   EXPECT_EQ(f16_to_f32(f32_to_f16(1.0f)), 1.0f);
   EXPECT_EQ(f32_to_f16(65504.0f).bits, 0x7bff);
+  EXPECT_EQ(f32_to_f16(65520.0f).bits, 0x7c00);                  // rounds up to inf
+  EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048).bits, 0x3c00);        // tie -> even (down)
+  EXPECT_EQ(f32_to_f16(1.0f + 3.0f / 2048).bits, 0x3c02);        // tie -> even (up)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)).bits, 0x0001);     // smallest subnormal
+  EXPECT_EQ(f16_to_f32(f16{0x0001}), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f16_to_f32(f16{0xfc00}), -INFINITY);
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  for (uint32_t b = 0; b < 0x7c00; ++b)  // every finite half round-trips
+    ASSERT_EQ(f32_to_f16(f16_to_f32(f16{uint16_t(b)})).bits, b);
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.00390625f)), 1.0f);   // tie -> even
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.01171875f)), 1.015625f);  // tie -> even (up)
 }

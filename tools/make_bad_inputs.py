@@ -180,27 +180,27 @@ def build_cases():
     onnx_case("cycle.onnx",
               model([helper.make_node("Add", ["x", "b"], ["a"], name="add"),
                      helper.make_node("Relu", ["a"], ["b"], name="relu")], [vinfo("x")], [vinfo("b")]),
-              "node 'add' (Add): input 'b' is not defined", "two nodes feed each other")
+              "node 'add' (Add): input 'b' is produced by a later node", "two nodes feed each other")
     onnx_case("output_never_produced.onnx",
               model([helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("z")]),
               "graph output 'z' is never produced", "declared output no node writes")
 
-    # --- ONNX: nodes with the wrong number of inputs or outputs. The expected
-    # text stops at the node: the wording is each op group's own.
+    # --- ONNX: nodes with the wrong number of inputs or outputs (checked
+    # against op_table.def's counts before any op's inference runs).
     onnx_case("missing_input.onnx",
               model([helper.make_node("Softmax", [], ["y"], name="sm")], [vinfo("x")], [vinfo("y")]),
-              "node 'sm' (Softmax): ", "a required input not given")
+              "node 'sm' (Softmax): has 0 inputs, expected 1", "a required input not given")
     onnx_case("omitted_input.onnx",
               model([helper.make_node("Softmax", [""], ["y"], name="sm")], [vinfo("x")], [vinfo("y")]),
-              "node 'sm' (Softmax): ", "a required input given as '' (omitted)")
+              "node 'sm' (Softmax): required input 0 is missing", "a required input given as '' (omitted)")
     onnx_case("extra_outputs.onnx",
               model([helper.make_node("ReduceMean", ["x"], ["y", "y2", "y3"], name="mean")], [vinfo("x")],
                     [vinfo("y")]),
-              "node 'mean' (ReduceMean): ", "three outputs from a one-output op")
+              "node 'mean' (ReduceMean): has 3 outputs, expected 1", "three outputs from a one-output op")
     onnx_case("no_outputs.onnx",
               model([helper.make_node("ReduceSum", ["x"], [], name="sum"),
                      helper.make_node("Relu", ["x"], ["y"])], [vinfo("x")], [vinfo("y")]),
-              "node 'sum' (ReduceSum): ", "a node with no outputs")
+              "node 'sum' (ReduceSum): has 0 outputs, expected 1", "a node with no outputs")
 
     # --- ONNX: initializers
     onnx_case("raw_data_size.onnx",
@@ -279,8 +279,14 @@ def build_cases():
               model([helper.make_node("Reshape", ["x", "s"], ["y"], name="flatten")],
                     [vinfo("x", shape=(2**40, 2**40))], [vinfo("y", shape=None)],
                     [const_tensor("s", np.array([-1], "i8"))]),
-              "node 'flatten' (Reshape): a dimension product (1099511627776 x 1099511627776) exceeds "
-              "1099511627776 elements", "input [2^40, 2^40] flattened")
+              "input 'x': shape [1099511627776,1099511627776] has more than 2^40 elements",
+              "input [2^40, 2^40] flattened")
+    # The same for a scalar check: Range's start must have one element.
+    onnx_case("range_dims_overflow.onnx",
+              model([helper.make_node("Range", ["x", "s", "s"], ["y"], name="range")],
+                    [vinfo("x", shape=(2**40, 2**40)), vinfo("s", shape=())], [vinfo("y", shape=None)]),
+              "input 'x': shape [1099511627776,1099511627776] has more than 2^40 elements",
+              "a [2^40, 2^40] start")
     onnx_case("constant_of_shape_overflow.onnx",
               model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill")], [], [vinfo("y", shape=None)],
                     [const_tensor("s", np.array([2**20, 2**20, 2**20], "i8"))]),
@@ -321,10 +327,12 @@ def build_cases():
     npy_case("npy_version.npy", npy_bytes("<f4", (2, 3), good, version=(9, 0)),
              ".npy format version 9 is not supported", "format version from the future")
     # Valid files that do not fit relu.onnx's input x: float [2, 3].
-    npy_case("npy_wrong_shape.npy", npy_bytes("<f4", (3,), good[:12]),
-             "input 'x' must have shape [2,3], got [3]", "a [3] array for a [2,3] input")
-    npy_case("npy_wrong_dtype.npy", npy_bytes("<i8", (2, 3), b"\0" * 48),
-             "input 'x' must be f32, got i64", "int64 array for a float input")
+    add_file("npy_wrong_shape.npy", npy_bytes("<f4", (3,), good[:12]))
+    case("run relu.onnx --input x=npy_wrong_shape.npy",
+         "relu.onnx: input 'x' (npy_wrong_shape.npy) must have shape [2,3], got [3]", "a [3] array for a [2,3] input")
+    add_file("npy_wrong_dtype.npy", npy_bytes("<i8", (2, 3), b"\0" * 48))
+    case("run relu.onnx --input x=npy_wrong_dtype.npy",
+         "relu.onnx: input 'x' (npy_wrong_dtype.npy) must be f32, got i64", "int64 array for a float input")
     case("run relu.onnx --input x=npy_missing.npy", "npy_missing.npy: no such file", "no such file")
 
     # --- safetensors, given as MODEL: kiln validates the file, then says it

@@ -105,12 +105,14 @@ Status run_model(const RunOptions& opt) {
     dims[kv.first] = v;
   }
   NamedTensors inputs;
+  std::map<std::string, std::string> sources;  // input name -> .npy file
   for (const auto& in : opt.inputs) {
     KILN_ASSIGN_OR_RETURN(auto kv, split_assignment(in, "--input"));
     if (!g.find_value(kv.first) || !g.find_value(kv.first)->is_input)
       return invalid_argument("--input {}: the model has no input named '{}'", kv.second, kv.first);
     KILN_ASSIGN_OR_RETURN(Tensor t, npy_read(kv.second));
     inputs.emplace_back(kv.first, std::move(t));
+    sources[kv.first] = kv.second;
   }
   std::mt19937_64 rng(opt.seed);
   for (const Value* v : g.inputs()) {
@@ -135,7 +137,10 @@ Status run_model(const RunOptions& opt) {
   }
   EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
   exec.set_op_timing(opt.op_times);
-  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, exec.run(inputs));
+  if (Status s = exec.check_inputs(inputs, sources); !s.ok()) return s.with_context(opt.model);
+  auto run = exec.run(inputs);
+  if (!run.ok()) return run.status().with_context(opt.model);
+  std::vector<Tensor> outputs = std::move(run).value();
   if (opt.op_times) print_op_times(exec);
   if (!opt.output_dir.empty()) {
     std::error_code ec;

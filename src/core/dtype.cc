@@ -32,19 +32,35 @@ std::optional<DType> dtype_from_name(std::string_view n) {
   return std::nullopt;
 }
 
-// _Float16 (g++ >= 12 on x86-64) converts with correct rounding, in hardware
-// (F16C) where the CPU has it.
+// Bit-level IEEE half conversions (portable: no _Float16, no F16C needed).
 float f16_to_f32(f16 h) {
-  _Float16 v;
-  std::memcpy(&v, &h.bits, 2);
-  return static_cast<float>(v);
+  const uint32_t sign = uint32_t(h.bits & 0x8000) << 16;
+  const uint32_t exponent = (h.bits >> 10) & 0x1f, mantissa = h.bits & 0x3ff;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in f32
+    float f = std::ldexp(float(mantissa), -24);
+    return sign ? -f : f;
+  }
+  uint32_t bits = exponent == 31 ? sign | 0x7f800000 | mantissa << 13           // inf, NaN
+                                 : sign | (exponent + 112) << 23 | mantissa << 13;  // rebias 15 -> 127
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 f16 f32_to_f16(float f) {
-  _Float16 v = static_cast<_Float16>(f);
-  f16 h;
-  std::memcpy(&h.bits, &v, 2);
-  return h;
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000) return f16{uint16_t(sign | (abs > 0x7f800000 ? 0x7e00 : 0x7c00))};
+  if (abs >= 0x477ff000) return f16{uint16_t(sign | 0x7c00)};  // >= 65520 rounds to inf
+  if (abs < 0x38800000) {  // below 2^-14: a half subnormal; scaling by 2^24 is exact
+    float magnitude;
+    std::memcpy(&magnitude, &abs, 4);
+    return f16{uint16_t(sign | uint32_t(std::nearbyint(std::ldexp(magnitude, 24))))};
+  }
+  const uint32_t rounded = abs + 0xfff + ((abs >> 13) & 1);  // round to nearest even
+  return f16{uint16_t(sign | ((rounded - 0x38000000) >> 13))};
 }
 
 bf16 f32_to_bf16(float f) {

@@ -4,11 +4,18 @@ namespace kiln {
 
 namespace {
 constexpr std::string_view kOpNames[] = {
-#define KILN_OP(e, name, group) name,
+#define KILN_OP(e, name, group, ...) name,
+#include "ir/op_table.def"
+#undef KILN_OP
+};
+constexpr OpArity kOpArities[] = {
+#define KILN_OP(e, name, group, min_in, max_in, min_out, max_out) {min_in, max_in, min_out, max_out},
 #include "ir/op_table.def"
 #undef KILN_OP
 };
 }  // namespace
+
+OpArity op_arity(OpKind op) { return kOpArities[static_cast<int>(op)]; }
 
 std::string_view op_name(OpKind op) { return kOpNames[static_cast<int>(op)]; }
 

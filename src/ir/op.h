@@ -8,17 +8,24 @@
 namespace kiln {
 
 enum class OpKind : uint16_t {
-#define KILN_OP(e, name, group) k##e,
+#define KILN_OP(e, name, group, ...) k##e,
 #include "ir/op_table.def"
 #undef KILN_OP
 };
 
 inline constexpr int kOpCount = 0
-#define KILN_OP(e, name, group) +1
+#define KILN_OP(e, name, group, ...) +1
 #include "ir/op_table.def"
 #undef KILN_OP
     ;
 static_assert(kOpCount == 60, "op_table.def changed: update this count and the kernels");
+
+// How many inputs and outputs a node of the op may have (op_table.def).
+inline constexpr int kMany = 1 << 20;
+struct OpArity {
+  int min_inputs, max_inputs, min_outputs, max_outputs;
+};
+OpArity op_arity(OpKind op);
 
 std::string_view op_name(OpKind op);
 std::optional<OpKind> op_from_onnx_name(std::string_view name);

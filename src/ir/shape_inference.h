@@ -56,7 +56,7 @@ class InferContext {
 
 using InferFn = Status (*)(InferContext&);
 
-#define KILN_OP(e, name, group) Status infer_##e(InferContext& ctx);
+#define KILN_OP(e, name, group, ...) Status infer_##e(InferContext& ctx);
 #include "ir/op_table.def"
 #undef KILN_OP
 

@@ -47,7 +47,7 @@ struct KernelContext {
 
 using KernelFn = Status (*)(KernelContext&);
 
-#define KILN_OP(e, name, group)          \
+#define KILN_OP(e, name, group, ...)          \
   Status ref_##e(KernelContext& ctx);    \
   Status cpu_##e(KernelContext& ctx);
 #include "ir/op_table.def"

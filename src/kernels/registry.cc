@@ -5,12 +5,12 @@ namespace kiln {
 
 namespace {
 constexpr KernelFn kRefKernels[] = {
-#define KILN_OP(e, name, group) &ref_##e,
+#define KILN_OP(e, name, group, ...) &ref_##e,
 #include "ir/op_table.def"
 #undef KILN_OP
 };
 constexpr KernelFn kCpuKernels[] = {
-#define KILN_OP(e, name, group) &cpu_##e,
+#define KILN_OP(e, name, group, ...) &cpu_##e,
 #include "ir/op_table.def"
 #undef KILN_OP
 };

@@ -1,6 +1,6 @@
 // Stages: parse the protobuf (size-limited) -> check opsets -> tensors
 // (initializers, Constant nodes) -> graph inputs with dynamic axes -> nodes
-// (op lookup, attributes) -> outputs -> topological sort, verify, infer shapes.
+// (op lookup, attributes) -> outputs -> verify, infer shapes.
 #include "onnx/onnx_import.h"
 
 #include <onnx/onnx_pb.h>
@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/mapped_file.h"
 #include "ir/shape_inference.h"
@@ -132,23 +133,21 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& t, ExternalFiles* file
     std::memcpy(out.raw(), t.raw_data().data(), bytes);
     return out;
   }
+  // Count the typed values before allocating, so a tiny file cannot claim a
+  // huge tensor.
+  switch (dtype) {
+    case DType::kF32: KILN_RETURN_IF_ERROR(check_count(t.float_data(), n, what, "float_data")); break;
+    case DType::kF64: KILN_RETURN_IF_ERROR(check_count(t.double_data(), n, what, "double_data")); break;
+    case DType::kI64: KILN_RETURN_IF_ERROR(check_count(t.int64_data(), n, what, "int64_data")); break;
+    default: KILN_RETURN_IF_ERROR(check_count(t.int32_data(), n, what, "int32_data")); break;
+  }
   KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(dtype, std::move(shape)));
   switch (dtype) {
-    case DType::kF32:
-      KILN_RETURN_IF_ERROR(check_count(t.float_data(), n, what, "float_data"));
-      std::copy(t.float_data().begin(), t.float_data().end(), out.data<float>());
-      break;
-    case DType::kF64:
-      KILN_RETURN_IF_ERROR(check_count(t.double_data(), n, what, "double_data"));
-      std::copy(t.double_data().begin(), t.double_data().end(), out.data<double>());
-      break;
-    case DType::kI64:
-      KILN_RETURN_IF_ERROR(check_count(t.int64_data(), n, what, "int64_data"));
-      std::copy(t.int64_data().begin(), t.int64_data().end(), out.data<int64_t>());
-      break;
+    case DType::kF32: std::copy(t.float_data().begin(), t.float_data().end(), out.data<float>()); break;
+    case DType::kF64: std::copy(t.double_data().begin(), t.double_data().end(), out.data<double>()); break;
+    case DType::kI64: std::copy(t.int64_data().begin(), t.int64_data().end(), out.data<int64_t>()); break;
     default:
       // i32, i8, u8, bool and the 16-bit floats' bit patterns live in int32_data.
-      KILN_RETURN_IF_ERROR(check_count(t.int32_data(), n, what, "int32_data"));
       for (int64_t i = 0; i < n; ++i) {
         int32_t v = t.int32_data(int(i));
         switch (dtype) {
@@ -217,6 +216,10 @@ Result<std::optional<SymShape>> shape_from_type(const onnx::TypeProto& type, std
       shape.push_back(Dim());
     }
   }
+  Shape known;
+  for (const Dim& d : shape)
+    if (d.known()) known.push_back(d.value);
+  if (auto n = shape_numel_checked(known); !n.ok()) return n.status().with_context(what);
   return std::optional<SymShape>(std::move(shape));
 }
 
@@ -257,6 +260,11 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
     g.add_input(in.name(), *dtype, std::move(shape).value());
   }
 
+  // ONNX requires nodes in topological order: a node reading a value that a
+  // later node produces is an error (that is also how a cycle shows up).
+  std::unordered_set<std::string_view> produced_later;
+  for (const auto& np : gp.node())
+    for (const auto& out_name : np.output()) produced_later.insert(out_name);
   int node_index = 0;
   for (const auto& np : gp.node()) {
     std::string name = np.name().empty() ? fmt::format("{}_{}", np.op_type(), node_index) : np.name();
@@ -305,6 +313,9 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
         continue;
       }
       Value* v = g.find_value(in_name);
+      if (!v && produced_later.count(in_name))
+        return invalid_argument("{}: {}: input '{}' is produced by a later node (nodes must be in "
+                                "topological order; is there a cycle?)", label, what, in_name);
       if (!v) return invalid_argument("{}: {}: input '{}' is not defined", label, what, in_name);
       inputs.push_back(v);
     }
@@ -334,9 +345,6 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
   }
   if (g.outputs().empty()) return invalid_argument("{}: graph has no outputs", label);
 
-  // Nodes may reference values defined by later nodes only if the file is not
-  // topologically sorted; sort so inference sees producers first.
-  if (Status s = g.topo_sort(); !s.ok()) return s.with_context(label);
   if (Status s = graph_verify(g); !s.ok()) return s.with_context(label);
   if (Status s = graph_infer_shapes(g); !s.ok()) return s.with_context(label);
   return g;

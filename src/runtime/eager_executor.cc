@@ -50,7 +50,13 @@ EagerExecutor::EagerExecutor(const Graph& graph, KernelSet kernels)
 
 EagerExecutor::~EagerExecutor() = default;
 
-Status EagerExecutor::check_inputs(const NamedTensors& inputs) const {
+Status EagerExecutor::check_inputs(const NamedTensors& inputs,
+                                   const std::map<std::string, std::string>& sources) const {
+  auto label = [&](const std::string& name) {
+    auto it = sources.find(name);
+    return it == sources.end() ? fmt::format("input '{}'", name)
+                               : fmt::format("input '{}' ({})", name, it->second);
+  };
   std::map<std::string, int64_t> symbols;
   for (const Value* v : graph_.inputs()) {
     const Tensor* given = nullptr;
@@ -61,7 +67,7 @@ Status EagerExecutor::check_inputs(const NamedTensors& inputs) const {
       }
     if (!given) return invalid_argument("input '{}' is missing", v->name);
     if (given->dtype() != v->dtype)
-      return invalid_argument("input '{}' must be {}, got {}", v->name, dtype_name(v->dtype),
+      return invalid_argument("{} must be {}, got {}", label(v->name), dtype_name(v->dtype),
                               dtype_name(given->dtype()));
     if (!v->shape) continue;
     const SymShape& want = *v->shape;
@@ -73,12 +79,12 @@ Status EagerExecutor::check_inputs(const NamedTensors& inputs) const {
       } else if (!want[i].symbol.empty()) {
         auto [it, fresh] = symbols.emplace(want[i].symbol, got[i]);
         if (!fresh && it->second != got[i])
-          return invalid_argument("input '{}': dim '{}' is {} here but {} in another input",
-                                  v->name, want[i].symbol, got[i], it->second);
+          return invalid_argument("{}: dim '{}' is {} here but {} in another input",
+                                  label(v->name), want[i].symbol, got[i], it->second);
       }
     }
     if (!ok)
-      return invalid_argument("input '{}' must have shape {}, got {}", v->name,
+      return invalid_argument("{} must have shape {}, got {}", label(v->name),
                               sym_shape_to_string(want), shape_to_string(got));
   }
   for (const auto& [name, t] : inputs) {

@@ -35,6 +35,11 @@ class EagerExecutor {
   // value across all inputs). Returns the outputs in graph output order.
   Result<std::vector<Tensor>> run(const NamedTensors& inputs);
 
+  // The checks run() starts with. `sources` (input name -> where it came
+  // from, e.g. a file) is added to messages about that input.
+  Status check_inputs(const NamedTensors& inputs,
+                      const std::map<std::string, std::string>& sources = {}) const;
+
   const AllocatorStats& allocator_stats() const { return allocator_->stats(); }
 
   // Per-op-kind time (infer + allocate + kernel), summed over runs while on.
@@ -46,7 +51,6 @@ class EagerExecutor {
   const std::vector<OpTime>& op_times() const { return op_times_; }
 
  private:
-  Status check_inputs(const NamedTensors& inputs) const;
   Status run_node(const Node& node, std::vector<Tensor>& slots);
 
   const Graph& graph_;

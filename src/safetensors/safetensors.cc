@@ -43,8 +43,9 @@ Result<NamedTensorList> safetensors_parse(const uint8_t* data, size_t size,
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
+    const std::string& tensor_name = name;  // structured bindings cannot be captured before C++20 in clang 14
     auto err = [&](std::string_view what) {
-      return invalid_argument("{}: tensor '{}': {}", label, name, what);
+      return invalid_argument("{}: tensor '{}': {}", label, tensor_name, what);
     };
     if (!entry.is_object()) return err("entry is not an object");
     auto dt = entry.find("dtype"), sh = entry.find("shape"), off = entry.find("data_offsets");

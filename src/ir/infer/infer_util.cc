@@ -72,12 +72,10 @@ std::optional<std::vector<double>> input_doubles(const InferContext& ctx, size_t
 }
 
 std::optional<int64_t> sym_numel(const SymShape& s) {
-  int64_t n = 1;
-  for (const Dim& d : s) {
-    if (!d.known()) return std::nullopt;
-    n *= d.value;
-  }
-  return n;
+  auto shape = sym_shape_concrete(s);
+  if (!shape) return std::nullopt;
+  auto n = shape_numel_checked(*shape);  // past 2^40 elements: treated as unknown
+  return n.ok() ? std::optional<int64_t>(*n) : std::nullopt;
 }
 
 Status require_dtype(const InferContext& ctx, size_t i, std::initializer_list<DType> allowed) {
@@ -87,6 +85,5 @@ Status require_dtype(const InferContext& ctx, size_t i, std::initializer_list<DT
   return ctx.unsupported_error("input {} has dtype {}, which this op does not support", i,
                                dtype_name(d));
 }
-
 
 }  // namespace kiln

@@ -22,7 +22,7 @@ std::optional<std::vector<int64_t>> input_ints(const InferContext& ctx, size_t i
 // The contents of a known value as doubles.
 std::optional<std::vector<double>> input_doubles(const InferContext& ctx, size_t i);
 
-// Product of the known dims; nullopt when any is unknown.
+// Product of the dims; nullopt when any is unknown or the product is absurd.
 std::optional<int64_t> sym_numel(const SymShape& s);
 
 inline void set_output(InferContext& ctx, size_t i, DType dtype, std::optional<SymShape> shape) {
