@@ -95,6 +95,11 @@ TEST(Core, HalfPrecisionConversionsRoundToNearestEven) {
   EXPECT_EQ(f16_to_f32(f16{0x0001}), std::ldexp(1.0f, -24));
   EXPECT_EQ(f16_to_f32(f16{0xfc00}), -INFINITY);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  // Just above the halfway point between 1 and its next half: through f32 it
+  // would land exactly on halfway and round down (double rounding).
+  EXPECT_EQ(f64_to_f16(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)).bits, 0x3c01);
+  EXPECT_EQ(f64_to_f16(1.0 + std::ldexp(1.0, -11)).bits, 0x3c00);  // exact tie -> even
+  EXPECT_EQ(f64_to_f16(-70000.0).bits, 0xfc00);
   for (uint32_t b = 0; b < 0x7c00; ++b)  // every finite half round-trips
     ASSERT_EQ(f32_to_f16(f16_to_f32(f16{uint16_t(b)})).bits, b);
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.00390625f)), 1.0f);   // tie -> even

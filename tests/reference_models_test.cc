@@ -1,6 +1,7 @@
 // kiln's eager outputs on the reference models (tests/models, exported from
 // PyTorch by tools/make_reference_models.py) against PyTorch's outputs:
 // max abs error <= 1e-4 * max |reference| (fp32).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,7 +48,9 @@ TEST_P(ReferenceModel, EagerMatchesPyTorch) {
     }
     EXPECT_LE(max_err, 1e-4 * max_ref) << GetParam() << " output " << name << ": max |err| " << max_err
                                        << ", max |ref| " << max_ref;
-    RecordProperty(name + "_relative_error", std::to_string(max_err / max_ref));
+    std::string relative = fmt::format("{:.2e}", max_err / max_ref);
+    RecordProperty(name + "_relative_error", relative);
+    fmt::print("{} {}: max |err| / max |ref| = {}\n", GetParam(), name, relative);
   }
 }
 

@@ -23,7 +23,7 @@ if [[ -f fuzz/run.sh ]]; then
   echo "== fuzzers (${fuzz_seconds} s each)"
   CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-fuzz -j"$jobs"
+  cmake --build build-fuzz -j"$jobs" --target kiln_fuzzers
   bash fuzz/run.sh build-fuzz "$fuzz_seconds"
 fi
 echo "== all tests passed"

@@ -63,6 +63,21 @@ f16 f32_to_f16(float f) {
   return f16{uint16_t(sign | ((rounded - 0x38000000) >> 13))};
 }
 
+f16 f64_to_f16(double d) {
+  // Round to f32 with "round to odd" (truncate, then set the last bit if
+  // anything was cut off): f32 keeps 13 more bits than f16, so the second
+  // rounding, to nearest even, then gives the correctly rounded half.
+  float f = static_cast<float>(d);
+  if (std::isfinite(d) && static_cast<double>(f) != d) {
+    if (std::abs(static_cast<double>(f)) > std::abs(d)) f = std::nextafter(f, 0.0f);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits |= 1;
+    std::memcpy(&f, &bits, 4);
+  }
+  return f32_to_f16(f);
+}
+
 bf16 f32_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);

@@ -51,6 +51,7 @@ KILN_DTYPES(KILN_DTYPE_OF)
 // Round-to-nearest-even conversions (what ONNX and PyTorch casts do).
 float f16_to_f32(f16 h);
 f16 f32_to_f16(float f);
+f16 f64_to_f16(double d);  // one rounding, not two through f32
 inline float bf16_to_f32(bf16 b) {
   uint32_t bits = uint32_t(b.bits) << 16;
   float f;

@@ -234,10 +234,7 @@ To cast_value(From v) {
     return v != From(0);
   } else if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
     // Straight from f64: rounding through f32 first could round twice.
-    _Float16 h = static_cast<_Float16>(v);
-    f16 out;
-    std::memcpy(&out.bits, &h, 2);
-    return out;
+    return f64_to_f16(v);
   } else if constexpr (kIsHalf<To>) {
     return f32_to_half<To>(float(v));
   } else if constexpr (kIsInt<To> && std::is_floating_point_v<From>) {

@@ -64,8 +64,7 @@ void store_double(TensorView& t, int64_t i, double v) {
   dtype_visit(t.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, f16>) {
-      _Float16 h = static_cast<_Float16>(v);
-      std::memcpy(&t.as<T>()[i].bits, &h, 2);
+      t.as<T>()[i] = f64_to_f16(v);
     } else if constexpr (std::is_same_v<T, bf16>) {
       t.as<T>()[i] = f32_to_bf16(float(v));
     } else if constexpr (std::is_same_v<T, bool>) {
