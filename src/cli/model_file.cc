@@ -33,6 +33,26 @@ std::optional<Result<std::string>> describe_weights_file(const std::string& path
   return std::nullopt;
 }
 
+Result<std::pair<std::string, std::string>> split_assignment(const std::string& s, std::string_view flag) {
+  size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    return invalid_argument("{} '{}': expected NAME=VALUE", flag, s);
+  return std::make_pair(s.substr(0, eq), s.substr(eq + 1));
+}
+
+Result<std::map<std::string, int64_t>> parse_dims(const std::vector<std::string>& flags) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& d : flags) {
+    KILN_ASSIGN_OR_RETURN(auto kv, split_assignment(d, "--dim"));
+    char* end = nullptr;
+    long long v = std::strtoll(kv.second.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > (int64_t(1) << 40))
+      return invalid_argument("--dim {}: '{}' is not a valid size", kv.first, kv.second);
+    dims[kv.first] = v;
+  }
+  return dims;
+}
+
 Result<Graph> load_model(const std::string& path) {
   if (auto weights = describe_weights_file(path)) {
     if (!weights->ok()) return weights->status();

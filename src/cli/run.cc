@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 
 #include "cli/commands.h"
 #include "npy/npy.h"
@@ -25,13 +26,6 @@ struct RunOptions {
   bool reference = false;
   bool op_times = false;
 };
-
-Result<std::pair<std::string, std::string>> split_assignment(const std::string& s, std::string_view flag) {
-  size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    return invalid_argument("{} '{}': expected NAME=VALUE", flag, s);
-  return std::make_pair(s.substr(0, eq), s.substr(eq + 1));
-}
 
 // Random values of the input's declared type: normal(0, 1) for floats,
 // uniform in [0, 10) for integers, fair coin for bools.
@@ -95,15 +89,10 @@ void print_op_times(const EagerExecutor& exec) {
 
 Status run_model(const RunOptions& opt) {
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
-  std::map<std::string, int64_t> dims;
-  for (const auto& d : opt.dims) {
-    KILN_ASSIGN_OR_RETURN(auto kv, split_assignment(d, "--dim"));
-    char* end = nullptr;
-    long long v = std::strtoll(kv.second.c_str(), &end, 10);
-    if (*end != '\0' || v < 0 || v > (int64_t(1) << 40))
-      return invalid_argument("--dim {}: '{}' is not a valid size", kv.first, kv.second);
-    dims[kv.first] = v;
-  }
+  KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
+  const std::set<std::string> symbols = graph_input_symbols(g);
+  for (const auto& [name, size] : dims)
+    if (!symbols.count(name)) return invalid_argument("--dim {}: no input of {} has a dim named '{}'", name, opt.model, name);
   NamedTensors inputs;
   std::map<std::string, std::string> sources;  // input name -> .npy file
   for (const auto& in : opt.inputs) {

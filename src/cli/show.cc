@@ -1,25 +1,57 @@
-// kiln show MODEL: the imported graph as text, shapes inferred.
+// kiln show MODEL: the imported graph as text, shapes inferred; with
+// --optimize, the graph after shape specialization and the pass pipeline.
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "passes/pass.h"
 
 namespace kiln::cli {
 
-Handler add_show_command(CLI::App& app) {
-  auto model = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("show", "Print a model's graph: inputs, nodes with inferred shapes, outputs");
-  cmd->add_option("MODEL", *model, "ONNX model (.onnx), or a .safetensors/.npy file to list its tensors")->required();
-  return [model]() -> Status {
-    if (auto weights = describe_weights_file(*model)) {
-      if (!weights->ok()) return weights->status();
-      fmt::print("{}", weights->value());
-      return ok_status();
-    }
-    KILN_ASSIGN_OR_RETURN(Graph g, load_model(*model));
-    fmt::print("{}", graph_to_string(g));
+namespace {
+
+struct ShowOptions {
+  std::string model;
+  std::vector<std::string> dims;
+  bool optimize = false;
+  std::string fusion_switch;
+};
+
+Status show(const ShowOptions& opt) {
+  if (auto weights = describe_weights_file(opt.model)) {
+    if (!weights->ok()) return weights->status();
+    fmt::print("{}", weights->value());
     return ok_status();
-  };
+  }
+  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
+  KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
+  if (!dims.empty()) {
+    if (Status s = specialize_shapes(g, dims); !s.ok()) return s.with_context(opt.model);
+  }
+  if (opt.optimize) {
+    PassOptions options;
+    if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(options, pass_options_from_json(opt.fusion_switch)); }
+    PassStats stats;
+    size_t before = g.nodes().size();
+    if (Status s = run_passes(g, options, &stats); !s.ok()) return s.with_context(opt.model);
+    fmt::print("# {} nodes -> {}", before, g.nodes().size());
+    for (const auto& [pass, count] : stats.counts) fmt::print(", {} {}", pass, count);
+    fmt::print("\n");
+  }
+  fmt::print("{}", graph_to_string(g));
+  return ok_status();
+}
+
+}  // namespace
+
+Handler add_show_command(CLI::App& app) {
+  auto opt = std::make_shared<ShowOptions>();
+  CLI::App* cmd = app.add_subcommand("show", "Print a model's graph: inputs, nodes with inferred shapes, outputs");
+  cmd->add_option("MODEL", opt->model, "ONNX model (.onnx), or a .safetensors/.npy file to list its tensors")->required();
+  cmd->add_option("--dim", opt->dims, "NAME=VALUE: fix a symbolic dimension (shapes are re-inferred)");
+  cmd->add_flag("--optimize", opt->optimize, "show the graph after the pass pipeline (give every symbolic dim with --dim)");
+  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  return [opt]() { return show(*opt); };
 }
 
 }  // namespace kiln::cli

@@ -125,6 +125,62 @@ Status Graph::topo_sort() {
   return ok_status();
 }
 
+void Graph::replace_all_uses(Value* from, Value* to) {
+  for (Node* user : from->users)
+    for (Value*& in : user->inputs)
+      if (in == from) {
+        in = to;
+        to->users.push_back(user);
+      }
+  from->users.clear();
+  for (Value*& out : outputs_)
+    if (out == from) {
+      // The caller binds outputs by name: keep the name on the new value.
+      out = to;
+      from->is_output = false;
+      to->is_output = true;
+      by_name_.erase(from->name);
+      std::swap(from->name, to->name);
+      by_name_[to->name] = to;
+      if (!from->name.empty()) by_name_[from->name] = from;
+    }
+}
+
+void Graph::remove_node(Node* node) {
+  for (Value* in : node->inputs) {
+    if (!in) continue;
+    auto it = std::find(in->users.begin(), in->users.end(), node);
+    if (it != in->users.end()) in->users.erase(it);
+  }
+  node->inputs.clear();
+  for (Value* out : node->outputs)
+    if (out && out->producer == node) out->producer = nullptr;
+  removed_.push_back(node);
+}
+
+void Graph::compact() {
+  std::unordered_set<const Node*> removed(removed_.begin(), removed_.end());
+  std::erase_if(nodes_, [&](const std::unique_ptr<Node>& n) { return removed.count(n.get()) > 0; });
+  removed_.clear();
+  std::unordered_set<const Value*> referenced;
+  for (const auto& n : nodes_) {
+    for (const Value* v : n->inputs) referenced.insert(v);
+    for (const Value* v : n->outputs) referenced.insert(v);
+  }
+  std::erase_if(values_, [&](const std::unique_ptr<Value>& v) {
+    bool keep = referenced.count(v.get()) || v->is_input || v->is_output;
+    if (!keep) by_name_.erase(v->name);
+    return !keep;
+  });
+  for (size_t i = 0; i < values_.size(); ++i) values_[i]->id = i;
+}
+
+std::string Graph::unique_name(std::string_view prefix) const {
+  std::string name(prefix);
+  for (int i = 1; by_name_.count(name); ++i) name = fmt::format("{}_{}", prefix, i);
+  return name;
+}
+
 Status graph_verify(const Graph& g) {
   std::unordered_set<std::string_view> names;
   for (const auto& v : g.values())
@@ -158,6 +214,14 @@ Status graph_verify(const Graph& g) {
     if (!defined.count(out))
       return invalid_argument("graph output '{}' is never produced", out->name);
   return ok_status();
+}
+
+std::set<std::string> graph_input_symbols(const Graph& g) {
+  std::set<std::string> names;
+  for (const Value* in : g.inputs())
+    for (const Dim& d : in->shape.value_or(SymShape{}))
+      if (!d.known() && !d.symbol.empty()) names.insert(d.symbol);
+  return names;
 }
 
 Status graph_infer_shapes(Graph& g) {

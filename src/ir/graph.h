@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -97,6 +98,18 @@ class Graph {
   // Orders nodes so producers precede users; an error on cycles.
   Status topo_sort();
 
+  // Editing, for passes. Every reader of `from` reads `to` instead; a graph
+  // output is rewired too (the output keeps `from`'s name, which callers bind).
+  void replace_all_uses(Value* from, Value* to);
+  // Marks a node for removal: it stops using its inputs; its outputs lose
+  // their producer. Removed nodes and values nothing refers to any more are
+  // dropped by compact().
+  void remove_node(Node* node);
+  // Drops removed nodes and unreferenced values; renumbers Value::id.
+  void compact();
+  // A fresh value name with this prefix ("prefix", "prefix_1", ...).
+  std::string unique_name(std::string_view prefix) const;
+
   std::string name;
   int64_t opset = 0;
 
@@ -106,12 +119,16 @@ class Graph {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::unordered_map<std::string, Value*> by_name_;
+  std::vector<Node*> removed_;
 };
 
 // Checks the invariants every pass and executor relies on: unique names,
 // use-def lists consistent, topological order, every node input defined,
 // outputs produced once.
 Status graph_verify(const Graph& g);
+
+// The names of the symbolic dims of the graph inputs ("batch", ...).
+std::set<std::string> graph_input_symbols(const Graph& g);
 
 // Fills Value::dtype/shape for every node output from its inputs.
 Status graph_infer_shapes(Graph& g);

@@ -1,0 +1,61 @@
+// Graph passes: each rewrites a Graph in place and counts what it changed.
+//
+// A pass is one file in src/passes/ with one entry point
+//   Status <name>(Graph& graph, PassStats* stats);
+// declared here. passes/pipeline.cc alone decides their order; any pass can
+// be switched off by name (a fusion switch file, see pass_options_from_json).
+//
+//   PassStats stats;
+//   KILN_RETURN_IF_ERROR(specialize_shapes(graph, {{"batch", 2}}));
+//   KILN_RETURN_IF_ERROR(run_passes(graph, PassOptions{}, &stats));
+#pragma once
+
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln {
+
+struct PassStats {
+  std::map<std::string, int64_t> counts;  // "<pass>" -> rewrites it made
+  void add(const std::string& pass, int64_t n = 1) { counts[pass] += n; }
+};
+
+using PassFn = Status (*)(Graph&, PassStats*);
+
+// Evaluates every node whose inputs are all constant (or whose outputs shape
+// inference already knows, such as Shape of a fully known shape) and replaces
+// it by constants.
+Status fold_constants(Graph& graph, PassStats* stats);
+// Removes nodes no graph output depends on, and unused values.
+Status eliminate_dead_code(Graph& graph, PassStats* stats);
+// Merges nodes that compute the same op with the same attributes on the same
+// inputs.
+Status eliminate_common_subexpressions(Graph& graph, PassStats* stats);
+
+// Not a pipeline pass, since it takes the signature: fixes symbolic input
+// dims to concrete sizes and re-infers every shape, so later passes can fold
+// the shape arithmetic exported models carry.
+Status specialize_shapes(Graph& graph, const std::map<std::string, int64_t>& dims);
+
+struct PassInfo {
+  const char* name;
+  PassFn fn;
+};
+// The passes in the order they run.
+std::span<const PassInfo> pass_pipeline();
+
+struct PassOptions {
+  std::set<std::string> disabled;  // pass names switched off
+};
+// A fusion switch file: a JSON object {"<pass name>": true|false, ...};
+// unknown names are an error so a typo cannot silently leave a pass on.
+Result<PassOptions> pass_options_from_json(const std::string& path);
+
+// Runs the pipeline, then checks the graph (graph_verify).
+Status run_passes(Graph& graph, const PassOptions& options, PassStats* stats);
+
+}  // namespace kiln

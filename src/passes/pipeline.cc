@@ -1,0 +1,46 @@
+// The one place that decides which passes run, and in what order.
+#include <nlohmann/json.hpp>
+
+#include "core/mapped_file.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+namespace {
+constexpr PassInfo kPipeline[] = {
+    {"fold_constants", fold_constants},
+    {"eliminate_common_subexpressions", eliminate_common_subexpressions},
+    {"fold_constants_after_cse", fold_constants},
+    {"eliminate_dead_code", eliminate_dead_code},
+};
+}  // namespace
+
+std::span<const PassInfo> pass_pipeline() { return kPipeline; }
+
+Result<PassOptions> pass_options_from_json(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object())
+    return invalid_argument("{}: a fusion switch file is a JSON object {{\"pass\": true|false}}", path);
+  PassOptions options;
+  for (const auto& [name, on] : json.items()) {
+    bool known = false;
+    for (const PassInfo& p : kPipeline) known |= name == p.name;
+    if (!known) return invalid_argument("{}: unknown pass '{}'", path, name);
+    if (!on.is_boolean()) return invalid_argument("{}: pass '{}' must be true or false", path, name);
+    if (!on.get<bool>()) options.disabled.insert(name);
+  }
+  return options;
+}
+
+Status run_passes(Graph& graph, const PassOptions& options, PassStats* stats) {
+  for (const PassInfo& p : kPipeline) {
+    if (options.disabled.count(p.name)) continue;
+    if (Status s = p.fn(graph, stats); !s.ok()) return s.with_context(p.name);
+  }
+  graph.compact();
+  if (Status s = graph_verify(graph); !s.ok()) return internal_error("after passes: {}", s.message());
+  return ok_status();
+}
+
+}  // namespace kiln
