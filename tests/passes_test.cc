@@ -151,6 +151,32 @@ TEST_P(PassesOnModel, OptimizedGraphComputesTheSame) {
   }
 }
 
+// Every decomposed LayerNorm in the reference models is fused: text_encoder
+// has 2 layers x 2 + final, dit 4 blocks x 2 + final, dit_tiny 6 x 2 + final,
+// unet 7 transformer blocks x 3; the VAE has none.
+TEST(Passes, FusesEveryLayerNormInTheReferenceModels) {
+  const std::map<std::string, std::map<std::string, int64_t>> models = {
+      {"text_encoder", {{"batch", 2}, {"sequence", 16}}},
+      {"dit", {{"batch", 2}}},
+      {"dit_tiny", {{"batch", 2}}},
+      {"unet", {{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}}},
+      {"vae_decoder", {{"batch", 1}, {"height", 8}, {"width", 8}}},
+  };
+  const std::map<std::string, int64_t> expected = {
+      {"text_encoder", 5}, {"dit", 9}, {"dit_tiny", 13}, {"unet", 21}, {"vae_decoder", 0}};
+  for (const auto& [model, dims] : models) {
+    auto g = onnx_import_file((fs::path(KILN_SOURCE_DIR) / "tests" / "models" / model / "model.onnx").string());
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(specialize_shapes(*g, dims).ok());
+    PassStats stats;
+    ASSERT_TRUE(run_passes(*g, PassOptions{}, &stats).ok());
+    EXPECT_EQ(stats.counts["fuse_layer_norm"], expected.at(model)) << model;
+    int64_t reduce_means = 0;
+    for (const auto& n : g->nodes()) reduce_means += n->op == OpKind::kReduceMean;
+    EXPECT_EQ(reduce_means, 0) << model << ": an unfused LayerNorm is left";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PassesOnModel,
                          ::testing::Values("unet", "vae_decoder", "text_encoder", "dit", "dit_tiny"),
                          [](const auto& info) { return info.param; });

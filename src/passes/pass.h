@@ -36,6 +36,10 @@ Status eliminate_dead_code(Graph& graph, PassStats* stats);
 // inputs.
 Status eliminate_common_subexpressions(Graph& graph, PassStats* stats);
 
+// LayerNorm decomposed by the exporter (ReduceMean, Sub, Pow, ReduceMean,
+// Add, Sqrt, Div, optional Mul/Add affine) -> one LayerNormalization.
+Status fuse_layer_norm(Graph& graph, PassStats* stats);
+
 // Not a pipeline pass, since it takes the signature: fixes symbolic input
 // dims to concrete sizes and re-infers every shape, so later passes can fold
 // the shape arithmetic exported models carry.

@@ -11,6 +11,7 @@ constexpr PassInfo kPipeline[] = {
     {"fold_constants", fold_constants},
     {"eliminate_common_subexpressions", eliminate_common_subexpressions},
     {"fold_constants_after_cse", fold_constants},
+    {"fuse_layer_norm", fuse_layer_norm},
     {"eliminate_dead_code", eliminate_dead_code},
 };
 }  // namespace
