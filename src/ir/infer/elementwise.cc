@@ -21,18 +21,6 @@ constexpr std::initializer_list<DType> kAny = {DType::kF32, DType::kF64, DType::
                                                DType::kBF16, DType::kI64, DType::kI32,
                                                DType::kI8,  DType::kU8,  DType::kBool};
 
-// Inputs [0, required) must be present, at most `max_inputs` given, 1..max_outputs outputs.
-Status check_arity(const InferContext& ctx, size_t required, size_t max_inputs,
-                   size_t max_outputs = 1) {
-  if (ctx.num_inputs() < required || ctx.num_inputs() > max_inputs)
-    return ctx.error("takes {}..{} inputs, got {}", required, max_inputs, ctx.num_inputs());
-  for (size_t i = 0; i < required; ++i)
-    if (!ctx.has_input(i)) return ctx.error("input {} is required", i);
-  if (ctx.num_outputs() < 1 || ctx.num_outputs() > max_outputs)
-    return ctx.error("takes 1..{} outputs, got {}", max_outputs, ctx.num_outputs());
-  return ok_status();
-}
-
 // Every present input in [first, num_inputs) has input `first`'s dtype.
 Status check_same_dtype(const InferContext& ctx, size_t first) {
   for (size_t i = first + 1; i < ctx.num_inputs(); ++i)
@@ -43,7 +31,6 @@ Status check_same_dtype(const InferContext& ctx, size_t first) {
 }
 
 Status infer_unary(InferContext& ctx, std::initializer_list<DType> allowed) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 1, 1));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, allowed));
   set_output(ctx, 0, ctx.input(0).dtype, ctx.input(0).shape);
   return ok_status();
@@ -55,10 +42,10 @@ Status set_broadcast_output(InferContext& ctx, DType dtype) {
   return ok_status();
 }
 
-// Same-dtype inputs broadcast together (Add..Max, comparisons).
-Status infer_broadcast(InferContext& ctx, size_t min_inputs, size_t max_inputs,
-                       std::initializer_list<DType> allowed, std::optional<DType> out_dtype) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, min_inputs, max_inputs));
+// Same-dtype inputs broadcast together (Add..Max, comparisons); the op table
+// bounds how many.
+Status infer_broadcast(InferContext& ctx, std::initializer_list<DType> allowed,
+                       std::optional<DType> out_dtype) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (!ctx.has_input(i)) return ctx.error("input {} is required", i);
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, allowed));
@@ -66,8 +53,7 @@ Status infer_broadcast(InferContext& ctx, size_t min_inputs, size_t max_inputs,
   return set_broadcast_output(ctx, out_dtype.value_or(ctx.input(0).dtype));
 }
 
-Status infer_arithmetic(InferContext& ctx) { return infer_broadcast(ctx, 2, 2, kNumeric, {}); }
-Status infer_variadic(InferContext& ctx) { return infer_broadcast(ctx, 1, 1024, kNumeric, {}); }
+Status infer_arithmetic(InferContext& ctx) { return infer_broadcast(ctx, kNumeric, {}); }
 
 // An optional scalar operand (Clip's min/max, Dropout's ratio): a known shape
 // must hold exactly one element.
@@ -101,21 +87,20 @@ Status infer_Add(InferContext& ctx) { return infer_arithmetic(ctx); }
 Status infer_Sub(InferContext& ctx) { return infer_arithmetic(ctx); }
 Status infer_Mul(InferContext& ctx) { return infer_arithmetic(ctx); }
 Status infer_Div(InferContext& ctx) { return infer_arithmetic(ctx); }
-Status infer_Min(InferContext& ctx) { return infer_variadic(ctx); }
-Status infer_Max(InferContext& ctx) { return infer_variadic(ctx); }
+Status infer_Min(InferContext& ctx) { return infer_arithmetic(ctx); }
+Status infer_Max(InferContext& ctx) { return infer_arithmetic(ctx); }
 
 // The exponent may have another numeric dtype; the output has the base's.
 Status infer_Pow(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 2, 2));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, kNumeric));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 1, kNumeric));
   return set_broadcast_output(ctx, ctx.input(0).dtype);
 }
 
-Status infer_Equal(InferContext& ctx) { return infer_broadcast(ctx, 2, 2, kAny, DType::kBool); }
-Status infer_Less(InferContext& ctx) { return infer_broadcast(ctx, 2, 2, kNumeric, DType::kBool); }
+Status infer_Equal(InferContext& ctx) { return infer_broadcast(ctx, kAny, DType::kBool); }
+Status infer_Less(InferContext& ctx) { return infer_broadcast(ctx, kNumeric, DType::kBool); }
 Status infer_Greater(InferContext& ctx) {
-  return infer_broadcast(ctx, 2, 2, kNumeric, DType::kBool);
+  return infer_broadcast(ctx, kNumeric, DType::kBool);
 }
 
 Status infer_Sqrt(InferContext& ctx) { return infer_unary(ctx, kFloats); }
@@ -136,7 +121,6 @@ Status infer_Identity(InferContext& ctx) { return infer_unary(ctx, kAny); }
 
 // Clip(x, min?, max?): the bounds are scalars of x's dtype (opset >= 11).
 Status infer_Clip(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 1, 3));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, kNumeric));
   KILN_RETURN_IF_ERROR(check_same_dtype(ctx, 0));
   KILN_RETURN_IF_ERROR(check_scalar_input(ctx, 1));
@@ -146,7 +130,6 @@ Status infer_Clip(InferContext& ctx) {
 }
 
 Status infer_Where(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 3, 3));
   if (ctx.input(0).dtype != DType::kBool)
     return ctx.error("condition must be bool, got {}", dtype_name(ctx.input(0).dtype));
   KILN_RETURN_IF_ERROR(check_same_dtype(ctx, 1));
@@ -154,7 +137,6 @@ Status infer_Where(InferContext& ctx) {
 }
 
 Status infer_Cast(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 1, 1));
   if (!ctx.attrs().has("to")) return ctx.error("attribute 'to' is required");
   int64_t to = ctx.attrs().get_int("to", 0);
   std::optional<DType> dtype = dtype_from_onnx_enum(to);
@@ -169,7 +151,6 @@ Status infer_Cast(InferContext& ctx) {
 
 // Inference only: the output is the input, the optional mask all true.
 Status infer_Dropout(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(check_arity(ctx, 1, 3, 2));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, kFloats));
   KILN_RETURN_IF_ERROR(check_scalar_input(ctx, 1));
   KILN_RETURN_IF_ERROR(check_scalar_input(ctx, 2));

@@ -15,21 +15,6 @@ namespace kiln {
 
 namespace {
 
-Status require_inputs(const InferContext& ctx, size_t min, size_t max) {
-  size_t n = ctx.num_inputs();
-  while (n > 0 && !ctx.has_input(n - 1)) --n;  // trailing omitted optionals
-  if (n < min || ctx.num_inputs() > max)
-    return ctx.error("takes {} to {} inputs, got {}", min, max, ctx.num_inputs());
-  for (size_t i = 0; i < min; ++i)
-    if (!ctx.has_input(i)) return ctx.error("input {} is required", i);
-  return ok_status();
-}
-
-Status require_outputs(const InferContext& ctx, size_t n) {
-  if (ctx.num_outputs() != n) return ctx.error("takes {} output(s), got {}", n, ctx.num_outputs());
-  return ok_status();
-}
-
 Status require_index_dtype(const InferContext& ctx, size_t i) {
   return require_dtype(ctx, i, {DType::kI64, DType::kI32});
 }
@@ -222,8 +207,6 @@ SliceRange slice_range(int64_t dim, int64_t start, int64_t end, int64_t step) {
 
 
 Status infer_Reshape(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 2, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(std::optional<int64_t> length, int_list_length(ctx, 1));
   bool allowzero = ctx.attrs().get_int("allowzero", 0) != 0;
@@ -239,8 +222,6 @@ Status infer_Reshape(InferContext& ctx) {
 }
 
 Status infer_Flatten(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 1, 1));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   if (!data.shape) {
     set_output(ctx, 0, data.dtype, unknown_shape(2));
@@ -259,8 +240,6 @@ Status infer_Flatten(InferContext& ctx) {
 }
 
 Status infer_Squeeze(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 1, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(IntListArg axes, int_list_arg(ctx, "axes", 1));
   if (!data.shape) return unknown_rank_output(ctx, data.dtype);
@@ -295,8 +274,6 @@ Status infer_Squeeze(InferContext& ctx) {
 }
 
 Status infer_Unsqueeze(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 1, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(IntListArg axes, int_list_arg(ctx, "axes", 1));
   if (!axes.present) return ctx.error("needs axes (attribute before opset 13, input from 13)");
@@ -318,8 +295,6 @@ Status infer_Unsqueeze(InferContext& ctx) {
 }
 
 Status infer_Transpose(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 1, 1));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   const std::vector<int64_t>* perm = ctx.attrs().get_ints("perm");
   if (!data.shape) {
@@ -347,8 +322,6 @@ Status infer_Transpose(InferContext& ctx) {
 }
 
 Status infer_Concat(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
-  if (ctx.num_inputs() == 0) return ctx.error("needs at least one input");
   DType dtype = ctx.input(0).dtype;
   std::optional<SymShape> first;  // the first input of known rank
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
@@ -397,7 +370,6 @@ Status infer_Concat(InferContext& ctx) {
 }
 
 Status infer_Split(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 1, 2));
   size_t n = ctx.num_outputs();
   if (n == 0) return ctx.error("needs at least one output");
   const TypeInfo& data = ctx.input(0);
@@ -455,8 +427,6 @@ Status infer_Split(InferContext& ctx) {
 }
 
 Status infer_Slice(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 3, 5));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_index_dtype(ctx, i));
   const TypeInfo& data = ctx.input(0);
@@ -508,8 +478,6 @@ Status infer_Slice(InferContext& ctx) {
 }
 
 Status infer_Gather(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 2, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   KILN_RETURN_IF_ERROR(require_index_dtype(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   const auto& indices = ctx.input(1).shape;
@@ -526,8 +494,6 @@ Status infer_Gather(InferContext& ctx) {
 }
 
 Status infer_GatherElements(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 2, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   KILN_RETURN_IF_ERROR(require_index_dtype(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   const auto& indices = ctx.input(1).shape;
@@ -549,8 +515,6 @@ Status infer_GatherElements(InferContext& ctx) {
 }
 
 Status infer_Expand(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 2, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(std::optional<int64_t> length, int_list_length(ctx, 1));
   std::optional<std::vector<int64_t>> target = input_ints(ctx, 1);
@@ -578,8 +542,6 @@ Status infer_Expand(InferContext& ctx) {
 }
 
 Status infer_Tile(InferContext& ctx) {
-  KILN_RETURN_IF_ERROR(require_inputs(ctx, 2, 2));
-  KILN_RETURN_IF_ERROR(require_outputs(ctx, 1));
   const TypeInfo& data = ctx.input(0);
   KILN_ASSIGN_OR_RETURN(std::optional<int64_t> length, int_list_length(ctx, 1));
   if (!data.shape) return unknown_rank_output(ctx, data.dtype);

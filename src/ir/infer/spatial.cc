@@ -47,8 +47,6 @@ Status check_numel(const InferContext& ctx, const SymShape& shape) {
 }  // namespace
 
 Status infer_Pad(InferContext& ctx) {
-  if (ctx.num_inputs() < 2 || ctx.num_inputs() > 4 || !ctx.has_input(0) || !ctx.has_input(1))
-    return ctx.error("Pad takes data, pads and optional constant_value and axes inputs");
   if (ctx.attrs().has("pads"))
     return ctx.unsupported_error("the pads attribute (opset < 11) is not supported");
   const std::string mode = ctx.attrs().get_string("mode", "constant");
@@ -114,8 +112,6 @@ Status infer_Pad(InferContext& ctx) {
 }
 
 Status infer_Resize(InferContext& ctx) {
-  if (ctx.num_inputs() < 1 || ctx.num_inputs() > 4 || !ctx.has_input(0))
-    return ctx.error("Resize takes X and optional roi, scales and sizes inputs");
   const Attributes& attrs = ctx.attrs();
   const std::string mode = attrs.get_string("mode", "nearest");
   if (mode == "cubic") return ctx.unsupported_error("cubic mode is not supported");
