@@ -3,7 +3,8 @@
 // A kernel is a function over tensor views: it reads ctx inputs, writes the
 // outputs (already allocated with the shapes infer_<Op> computed), and may use
 // scratch memory only from ctx.workspace. It never allocates, keeps no state
-// between calls, touches no globals, and is re-entrant.
+// between calls except in ctx.state (a compiled plan's per-step memory),
+// touches no globals, and is re-entrant.
 //
 // Every op has two kernels, generated from op_table.def:
 //   ref_<Op>  (src/kernels/ref/<group>.cc) plain loops, the test oracle only;
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -29,12 +31,22 @@ class Workspace {
 
 struct CpuContext;  // kernels/cpu/cpu_context.h: oneDNN engine and stream
 
+// What a kernel keeps between calls of one compiled-plan step: built on the
+// step's first call (oneDNN primitives, pre-packed constant weights), reused
+// on every later one, so replay creates and allocates nothing. Owned by the
+// step; eager execution has none.
+struct KernelState {
+  virtual ~KernelState() = default;
+  virtual size_t owned_bytes() const { return 0; }  // memory it holds (packed weights)
+};
+
 struct KernelContext {
   const Node* node = nullptr;
   std::vector<const TensorView*> inputs;  // nullptr for an omitted optional input
   std::vector<TensorView*> outputs;       // nullptr for an omitted optional output
   Workspace* workspace = nullptr;
   CpuContext* cpu = nullptr;              // null for reference kernels
+  std::unique_ptr<KernelState>* state = nullptr;  // null outside a compiled plan
 
   const Attributes& attrs() const { return node->attrs; }
   const TensorView* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }

@@ -3,17 +3,22 @@
 // ConvTranspose. Memory descriptors are plain (strided) layouts over the
 // caller's buffers, so nothing is copied in or out.
 //
-// The primitive descriptor is created on every call; oneDNN's primitive cache
-// makes the repeat cheap. The compiled plan will create them once instead.
+// Eagerly, the primitive is created on every call (oneDNN's primitive cache
+// makes the repeat cheap). In a compiled plan the first call records the
+// primitive, its memory objects and constant weights re-laid out in the
+// primitive's preferred (blocked) format; later calls only point the memory
+// objects at this run's buffers and execute (see DnnlReplay).
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
 #include "ir/infer/linalg.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
@@ -62,17 +67,129 @@ dnnl::primitive_attr user_scratchpad_attr() {
   return attr;
 }
 
+// A oneDNN call recorded on a plan step's first run. Each argument's memory
+// object is kept with where its data comes from, so a replay only re-points
+// them at this run's buffers: no descriptor, primitive or memory object is
+// created again.
+struct DnnlReplay final : KernelState {
+  enum class Source { kInput, kOutput, kScratchpad, kOwned };
+  struct Arg {
+    Source source;
+    size_t index;  // input or output index
+    memory mem;
+  };
+  dnnl::primitive primitive;
+  std::vector<Arg> args;
+  std::vector<dnnl_exec_arg_t> c_args;  // the same memory objects, in oneDNN's C form
+  size_t scratchpad_bytes = 0;
+  size_t owned_bytes() const override {
+    size_t n = 0;
+    for (const Arg& a : args)
+      if (a.source == Source::kOwned) n += a.mem.get_desc().get_size();
+    return n;
+  }
+};
+
+// True when a plan step records its first call (and may pre-pack input
+// `index`, a constant weight, into the layout the primitive prefers).
+bool recording(const KernelContext& ctx) { return ctx.state && !*ctx.state; }
+bool packs_weight(const KernelContext& ctx, size_t index) {
+  return recording(ctx) && index < ctx.node->inputs.size() && ctx.node->inputs[index] &&
+         ctx.node->inputs[index]->constant;
+}
+// The weights descriptor to build a primitive with: `any` (oneDNN chooses a
+// blocked layout) when the weight will be pre-packed, else its real layout.
+memory::desc weights_desc(const KernelContext& ctx, size_t index, const memory::desc& real) {
+  if (!packs_weight(ctx, index)) return real;
+  return memory::desc(real.dims(), real.data_type(), memory::format_tag::any);
+}
+
+// The recorded call of this step, if its first call recorded one.
+const DnnlReplay* replay_of(const KernelContext& ctx) {
+  return ctx.state ? dynamic_cast<const DnnlReplay*>(ctx.state->get()) : nullptr;
+}
+
+Status replay(KernelContext& ctx, const DnnlReplay& r) {
+  for (const DnnlReplay::Arg& a : r.args) {
+    void* data = nullptr;
+    switch (a.source) {
+      case DnnlReplay::Source::kInput: data = ctx.inputs[a.index]->data; break;
+      case DnnlReplay::Source::kOutput: data = ctx.outputs[a.index]->data; break;
+      case DnnlReplay::Source::kScratchpad:
+        data = ctx.workspace->scratch(r.scratchpad_bytes);
+        if (!data) return resource_exhausted("{}: no scratchpad", node_label(*ctx.node));
+        break;
+      case DnnlReplay::Source::kOwned: continue;
+    }
+    if (dnnl_memory_set_data_handle(a.mem.get(), data) != dnnl_success)
+      return internal_error("{}: oneDNN refused a buffer", node_label(*ctx.node));
+  }
+  if (dnnl_primitive_execute(r.primitive.get(), ctx.cpu->stream.get(), int(r.c_args.size()),
+                             r.c_args.data()) != dnnl_success)
+    return internal_error("{}: oneDNN execution failed", node_label(*ctx.node));
+  ctx.cpu->stream.wait();
+  return ok_status();
+}
+
+// Where an argument's data comes from, by its pointer: one of the step's
+// inputs or outputs; nullopt for anything else (kernel scratch), which makes
+// the call unrecordable and the step run the whole kernel every time.
+std::optional<DnnlReplay::Arg> arg_source(const KernelContext& ctx, const memory& mem) {
+  const void* p = mem.get_data_handle();
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (ctx.inputs[i] && ctx.inputs[i]->data == p) return DnnlReplay::Arg{DnnlReplay::Source::kInput, i, mem};
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (ctx.outputs[i] && ctx.outputs[i]->data == p) return DnnlReplay::Arg{DnnlReplay::Source::kOutput, i, mem};
+  return std::nullopt;
+}
+
 // Runs `Primitive` built from `pd`, its scratchpad taken from the workspace.
+// On a plan step's first call it also pre-packs a constant weight the
+// primitive wants in another layout, and records the call for replay.
 template <typename Primitive>
 Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd, Args args) {
+  Primitive primitive(pd);
+  std::unique_ptr<DnnlReplay> record;
+  if (recording(ctx)) record = std::make_unique<DnnlReplay>();
+  if (record) {
+    bool packed_weights = false;
+    auto w = args.find(DNNL_ARG_WEIGHTS);
+    if (w != args.end() && w->second.get_desc() != pd.weights_desc()) {
+      memory packed(pd.weights_desc(), ctx.cpu->engine);  // owned by the step from now on
+      dnnl::reorder(w->second, packed).execute(ctx.cpu->stream, w->second, packed);
+      w->second = packed;
+      packed_weights = true;
+    }
+    for (const auto& [arg, mem] : args) {
+      std::optional<DnnlReplay::Arg> source;
+      if (arg == DNNL_ARG_WEIGHTS && packed_weights) source = {DnnlReplay::Source::kOwned, 0, mem};
+      else source = arg_source(ctx, mem);
+      if (!source) {
+        record.reset();  // data from kernel scratch: not replayable
+        break;
+      }
+      record->args.push_back(*source);
+      record->c_args.push_back({arg, mem.get()});
+    }
+  }
   const memory::desc scratch_desc = pd.scratchpad_desc();
   if (size_t bytes = scratch_desc.get_size()) {
     void* scratch = ctx.workspace->scratch(bytes);
     if (!scratch) return resource_exhausted("{}: no {} bytes of scratch", node_label(*ctx.node), bytes);
-    args.emplace(DNNL_ARG_SCRATCHPAD, bind(ctx, scratch_desc, scratch));
+    memory mem = bind(ctx, scratch_desc, scratch);
+    args.emplace(DNNL_ARG_SCRATCHPAD, mem);
+    if (record) {
+      record->scratchpad_bytes = bytes;
+      record->args.push_back({DnnlReplay::Source::kScratchpad, 0, mem});
+      record->c_args.push_back({DNNL_ARG_SCRATCHPAD, mem.get()});
+    }
   }
-  Primitive(pd).execute(ctx.cpu->stream, args);
+  primitive.execute(ctx.cpu->stream, args);
   ctx.cpu->stream.wait();
+  if (record) {
+    record->primitive = primitive;
+    *ctx.state = std::move(record);
+  }
   return ok_status();
 }
 
@@ -80,7 +197,8 @@ Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd,
 Status run_matmul(KernelContext& ctx, const memory::desc& a, const float* pa, const memory::desc& b,
                   const float* pb, const memory::desc& y, float* py,
                   const dnnl::primitive_attr& attr = user_scratchpad_attr()) {
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, y), attr, ctx.cpu->engine);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, weights_desc(ctx, 1, b), y), attr,
+                                  ctx.cpu->engine);
   return execute<dnnl::matmul>(ctx, pd, {{DNNL_ARG_SRC, bind(ctx, a, pa)},
                                          {DNNL_ARG_WEIGHTS, bind(ctx, b, pb)},
                                          {DNNL_ARG_DST, bind(ctx, y, py)}});
@@ -99,9 +217,9 @@ void fill_bias(TensorView& y, const TensorView* bias) {
   if (!bias) return fill_zero(y);
   const int64_t channels = y.shape[1], plane = y.numel() / (y.shape[0] * channels);
   float* py = y.as<float>();
-#pragma omp parallel for if (y.numel() > kParallelWork)
-  for (int64_t row = 0; row < y.numel() / plane; ++row)
+  parallel_for(y.numel() / plane, y.numel() > kParallelWork, [&](int64_t row) {
     std::fill_n(py + row * plane, plane, bias->as<float>()[row % channels]);
+  });
 }
 
 // dst viewed through dst_strides = src viewed through src_strides, over `dims`.
@@ -112,21 +230,21 @@ void copy_strided(const float* src, const Shape& src_strides, float* dst, const 
   const size_t rank = dims.size();
   const int64_t inner = rank ? dims.back() : 1;
   const int64_t src_inner = rank ? src_strides.back() : 0, dst_inner = rank ? dst_strides.back() : 0;
-#pragma omp parallel for if (count > kParallelWork)
-  for (int64_t row = 0; row < count / inner; ++row) {
+  parallel_for(count / inner, count > kParallelWork, [&](int64_t row) {
     int64_t src_offset = 0, dst_offset = 0;
     for (int64_t rest = row, d = int64_t(rank) - 1; d-- > 0; rest /= dims[size_t(d)]) {
       src_offset += rest % dims[size_t(d)] * src_strides[size_t(d)];
       dst_offset += rest % dims[size_t(d)] * dst_strides[size_t(d)];
     }
     for (int64_t i = 0; i < inner; ++i) dst[dst_offset + i * dst_inner] = src[src_offset + i * src_inner];
-  }
+  });
 }
 
 }  // namespace
 
 Status cpu_MatMul(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &a = *ctx.input(0), &b = *ctx.input(1);
   TensorView& y = *ctx.output(0);
   if (y.numel() == 0) return ok_status();
@@ -177,12 +295,12 @@ Status cpu_Gemm(KernelContext& ctx) {
     const int64_t c_rows = c->rank() == 2 ? c->shape[0] : 1;
     const int64_t c_cols = c->rank() >= 1 ? c->shape.back() : 1;
     const float* pc = c->as<float>();
-#pragma omp parallel for if (m * n > kParallelWork)
-    for (int64_t i = 0; i < m; ++i) {
+    parallel_for(m, m * n > kParallelWork, [&](int64_t i) {
       const float* row = pc + (c_rows == 1 ? 0 : i * c_cols);
       for (int64_t j = 0; j < n; ++j) py[i * n + j] = row[c_cols == 1 ? 0 : j];
-    }
+    });
   }
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   if (k == 0) {  // no products: Y = beta * C
     if (!add_c) fill_zero(y);
     else std::for_each(py, py + m * n, [beta](float& v) { v *= beta; });
@@ -210,6 +328,7 @@ namespace {
 // which for ConvTranspose is a transposed, strided view.
 Status conv_cpu(KernelContext& ctx, bool transpose) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &x = *ctx.input(0), &w = *ctx.input(1);
   const TensorView* bias = ctx.input(2);
   TensorView& y = *ctx.output(0);
@@ -273,6 +392,7 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
 
   return guard_dnnl(ctx, [&] {
     const memory::desc xd = plain_desc(x.shape), yd = plain_desc(window), wmd = strided_desc(wd, ws);
+    const memory::desc packed_wmd = weights_desc(ctx, 1, wmd);
     const memory::desc bd = bias ? plain_desc(bias->shape) : memory::desc();
     Args args{{DNNL_ARG_SRC, bind(ctx, xd, x.data)},
               {DNNL_ARG_WEIGHTS, bind(ctx, wmd, w.data)},
@@ -283,11 +403,11 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     const auto inference = dnnl::prop_kind::forward_inference;
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     if (transpose) {
-      Deconv::desc desc(inference, dnnl::algorithm::deconvolution_direct, xd, wmd, bd, yd, strides,
+      Deconv::desc desc(inference, dnnl::algorithm::deconvolution_direct, xd, packed_wmd, bd, yd, strides,
                         dilates, pad_l, pad_r);
       KILN_RETURN_IF_ERROR(execute<Deconv>(ctx, {desc, attr, ctx.cpu->engine}, std::move(args)));
     } else {
-      Conv::desc desc(inference, dnnl::algorithm::convolution_direct, xd, wmd, bd, yd, strides,
+      Conv::desc desc(inference, dnnl::algorithm::convolution_direct, xd, packed_wmd, bd, yd, strides,
                       dilates, pad_l, pad_r);
       KILN_RETURN_IF_ERROR(execute<Conv>(ctx, {desc, attr, ctx.cpu->engine}, std::move(args)));
     }
@@ -344,8 +464,7 @@ void einsum_loop(KernelContext& ctx, const EinsumSpec& spec, const Shape& sizes)
   const int64_t out_count = shape_numel(out_dims), sum_count = shape_numel(sum_dims);
   T* out = ctx.output(0)->as<T>();
 
-#pragma omp parallel for if (double(out_count) * double(sum_count) * double(operands) > kParallelWork)
-  for (int64_t o = 0; o < out_count; ++o) {
+  parallel_for(out_count, double(out_count) * double(sum_count) * double(operands) > kParallelWork, [&](int64_t o) {
     double acc = 0;
     for (int64_t s = 0; s < sum_count; ++s) {
       double product = 1;
@@ -360,7 +479,7 @@ void einsum_loop(KernelContext& ctx, const EinsumSpec& spec, const Shape& sizes)
       acc += product;
     }
     out[o] = T(acc);
-  }
+  });
 }
 
 // Labels of a two-operand contraction, by role in the matmul Y = A x B.
@@ -479,6 +598,7 @@ Status einsum_matmul(KernelContext& ctx, const EinsumSpec& spec, const Contracti
 }  // namespace
 
 Status cpu_Einsum(KernelContext& ctx) {
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const DType dtype = ctx.input(0)->dtype;
   if (dtype != DType::kF32 && dtype != DType::kF64)
     return ctx.unsupported_error("dtype {} is not implemented", dtype_name(dtype));

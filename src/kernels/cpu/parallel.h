@@ -2,11 +2,14 @@
 // oversubscribed).
 //
 // An OpenMP region costs about a microsecond even when its `if` clause is
-// false, too much for the shape arithmetic on a few elements that exported
-// models are full of, so these helpers skip OpenMP entirely for small work.
+// false (and with one thread libgomp allocates a team for each), too much for
+// the shape arithmetic on a few elements that exported models are full of,
+// so these helpers skip OpenMP entirely for small work or a single thread.
+// Never write `#pragma omp parallel ... if (...)` in a kernel: use these.
 //
 //   parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) { ... });
 //   parallel_ranges(n, big, [&](int64_t begin, int64_t end) { ... });
+//   parallel_region(big, [&] { ... omp_get_thread_num() ... });
 #pragma once
 
 #include <omp.h>
@@ -19,10 +22,20 @@ namespace kiln {
 // Below this many elements touched, a kernel runs on the calling thread.
 inline constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
+inline bool worth_threads(bool parallel) { return parallel && omp_get_max_threads() > 1; }
+
+// fn() on every thread of a team when `parallel`, else once on this thread.
+template <class Fn>
+inline void parallel_region(bool parallel, const Fn& fn) {
+  if (!worth_threads(parallel)) return fn();
+#pragma omp parallel
+  fn();
+}
+
 // fn(t) for t in [0, tasks), split across threads when `parallel`.
 template <class Fn>
 inline void parallel_for(int64_t tasks, bool parallel, const Fn& fn) {
-  if (!parallel || tasks < 2) {
+  if (!worth_threads(parallel) || tasks < 2) {
     for (int64_t t = 0; t < tasks; ++t) fn(t);
     return;
   }
@@ -34,7 +47,7 @@ inline void parallel_for(int64_t tasks, bool parallel, const Fn& fn) {
 // across threads when `parallel`.
 template <class Fn>
 inline void parallel_ranges(int64_t n, bool parallel, const Fn& fn) {
-  if (!parallel || n < 2) {
+  if (!worth_threads(parallel) || n < 2) {
     if (n > 0) fn(int64_t(0), n);
     return;
   }

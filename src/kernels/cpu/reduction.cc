@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <type_traits>
 
 #include "kernels/cpu/parallel.h"
@@ -226,7 +227,7 @@ void softmax_strided(const float* x, float* y, AxisSplit p) {
 // A LayerNormalization parameter as `cols` contiguous floats: the tensor
 // itself, or its broadcast over the normalized dims written into scratch.
 Result<const float*> expand_param(const KernelContext& ctx, const TensorView* param,
-                                  const Shape& dims, int64_t cols) {
+                                  std::span<const int64_t> dims, int64_t cols) {
   if (!param || param->numel() == cols) return param ? param->as<const float>() : nullptr;
   auto* out = static_cast<float*>(ctx.workspace->scratch(size_t(cols) * sizeof(float)));
   if (!out) return resource_exhausted("{}: no scratch for {} floats", node_label(*ctx.node), cols);
@@ -261,7 +262,7 @@ Status cpu_LayerNormalization(KernelContext& ctx) {
   const int64_t axis = wrap_axis(ctx.attrs().get_int("axis", -1), x.rank());
   const AxisSplit p = split_at(x.shape, axis);
   const int64_t cols = p.n * p.inner;
-  const Shape dims(x.shape.begin() + axis, x.shape.end());
+  const std::span<const int64_t> dims(x.shape.begin() + axis, x.shape.end());
   KILN_ASSIGN_OR_RETURN(const float* scale, expand_param(ctx, ctx.input(1), dims, cols));
   KILN_ASSIGN_OR_RETURN(const float* bias, expand_param(ctx, ctx.input(2), dims, cols));
   TensorView* mean = ctx.output(1);

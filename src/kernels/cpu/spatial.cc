@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/spatial_params.h"
 #include "kernels/kernel.h"
 
@@ -75,22 +76,23 @@ void pad_rows(const PadParams& p, const TensorView& x, TensorView& y, int64_t* c
   const T* in = x.as<T>();
   T* out = y.as<T>();
   const int64_t* last_src = src_of[last];
-#pragma omp parallel if (int64_t(y.nbytes()) >= kParallelBytes)
-  for_thread_rows(y.shape.data(), last, y.numel() / out_w, [&](int64_t row, const auto& idx) {
-    T* dst = out + row * out_w;
-    int64_t src_row = 0;
-    for (int a = 0; a < last; ++a) {
-      const int64_t s = src_of[a][idx[size_t(a)]];
-      if (s < 0) {
-        std::fill_n(dst, out_w, fill);
-        return;
+  parallel_region(int64_t(y.nbytes()) >= kParallelBytes, [&] {
+    for_thread_rows(y.shape.data(), last, y.numel() / out_w, [&](int64_t row, const auto& idx) {
+      T* dst = out + row * out_w;
+      int64_t src_row = 0;
+      for (int a = 0; a < last; ++a) {
+        const int64_t s = src_of[a][idx[size_t(a)]];
+        if (s < 0) {
+          std::fill_n(dst, out_w, fill);
+          return;
+        }
+        src_row = src_row * x.shape[size_t(a)] + s;
       }
-      src_row = src_row * x.shape[size_t(a)] + s;
-    }
-    const T* src = in + src_row * in_w;
-    for (int64_t o = 0; o < lo; ++o) dst[o] = last_src[o] < 0 ? fill : src[last_src[o]];
-    if (kept > 0) std::memcpy(dst + lo, src + crop, size_t(kept) * sizeof(T));
-    for (int64_t o = lo + kept; o < out_w; ++o) dst[o] = last_src[o] < 0 ? fill : src[last_src[o]];
+      const T* src = in + src_row * in_w;
+      for (int64_t o = 0; o < lo; ++o) dst[o] = last_src[o] < 0 ? fill : src[last_src[o]];
+      if (kept > 0) std::memcpy(dst + lo, src + crop, size_t(kept) * sizeof(T));
+      for (int64_t o = lo + kept; o < out_w; ++o) dst[o] = last_src[o] < 0 ? fill : src[last_src[o]];
+    });
   });
 }
 
@@ -153,8 +155,7 @@ void resize_nearest(const ResizeParams& p, const RowShape& s, const T* in, T* ou
   const T fill = bits_as<T>(p.extrapolation_bits);
   // One task per run of output rows that read the same input row: gather it
   // once, copy it to the rest of the run.
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t task = 0; task < planes * runs; ++task) {
+  parallel_for(planes * runs, parallel, [&](int64_t task) {
     const int64_t plane = task / runs, run = task % runs;
     int64_t src_plane = 0;
     bool outside = false;
@@ -175,7 +176,7 @@ void resize_nearest(const ResizeParams& p, const RowShape& s, const T* in, T* ou
       gather_row(kind, in + (src_plane * in_rows + src_row) * in_w, dst, src[last], out_w, fill);
     for (int64_t r = first + 1; r < end; ++r)
       std::memcpy(dst + (r - first) * out_w, dst, size_t(out_w) * sizeof(T));
-  }
+  });
 }
 
 Status cpu_resize_nearest(KernelContext& ctx, const ResizeParams& p, const RowShape& s) {
@@ -255,46 +256,47 @@ Status cpu_resize_linear(KernelContext& ctx, const ResizeParams& p, const RowSha
   const float* in = x.as<float>();
   float* out = y.as<float>();
   const float fill = float(p.extrapolation);
-#pragma omp parallel if (int64_t(y.nbytes()) >= kParallelBytes)
-  for_thread_rows(s.out.data(), last, y.numel() / out_w, [&](int64_t row, const auto& idx) {
-    float* dst = out + row * out_w;
-    // The row blends up to 2^(rank-1) input rows: one per corner of the
-    // cell the outer axes sample.
-    std::array<int64_t, (1 << (kSpatialMaxRank - 1))> base;
-    std::array<float, (1 << (kSpatialMaxRank - 1))> base_w;
-    int corners = 1;
-    base[0] = 0;
-    base_w[0] = 1;
-    for (int a = 0; a < last; ++a) {
-      const LinearTable& t = tables[size_t(a)];
-      const int64_t o = idx[size_t(a)];
-      if (std::isnan(t.w1[o])) {
-        std::fill_n(dst, out_w, fill);
-        return;
-      }
-      const float w = t.w1[o];
-      for (int c = 0; c < corners; ++c) {
-        if (w != 0) {
-          base[size_t(corners + c)] = base[size_t(c)] + t.off1[o];
-          base_w[size_t(corners + c)] = base_w[size_t(c)] * w;
-          base_w[size_t(c)] *= 1 - w;
+  parallel_region(int64_t(y.nbytes()) >= kParallelBytes, [&] {
+    for_thread_rows(s.out.data(), last, y.numel() / out_w, [&](int64_t row, const auto& idx) {
+      float* dst = out + row * out_w;
+      // The row blends up to 2^(rank-1) input rows: one per corner of the
+      // cell the outer axes sample.
+      std::array<int64_t, (1 << (kSpatialMaxRank - 1))> base;
+      std::array<float, (1 << (kSpatialMaxRank - 1))> base_w;
+      int corners = 1;
+      base[0] = 0;
+      base_w[0] = 1;
+      for (int a = 0; a < last; ++a) {
+        const LinearTable& t = tables[size_t(a)];
+        const int64_t o = idx[size_t(a)];
+        if (std::isnan(t.w1[o])) {
+          std::fill_n(dst, out_w, fill);
+          return;
         }
-        base[size_t(c)] += t.off0[o];
+        const float w = t.w1[o];
+        for (int c = 0; c < corners; ++c) {
+          if (w != 0) {
+            base[size_t(corners + c)] = base[size_t(c)] + t.off1[o];
+            base_w[size_t(corners + c)] = base_w[size_t(c)] * w;
+            base_w[size_t(c)] *= 1 - w;
+          }
+          base[size_t(c)] += t.off0[o];
+        }
+        if (w != 0) corners *= 2;
       }
-      if (w != 0) corners *= 2;
-    }
-    for (int c = 0; c < corners; ++c) {
-      const float* src = in + base[size_t(c)];
-      const float wc = base_w[size_t(c)];
-      for (int64_t o = 0; o < out_w; ++o) {
-        const float w1 = row_t.w1[o];
-        const float v = wc * ((1 - w1) * src[row_t.off0[o]] + w1 * src[row_t.off1[o]]);
-        dst[o] = c == 0 ? v : dst[o] + v;
+      for (int c = 0; c < corners; ++c) {
+        const float* src = in + base[size_t(c)];
+        const float wc = base_w[size_t(c)];
+        for (int64_t o = 0; o < out_w; ++o) {
+          const float w1 = row_t.w1[o];
+          const float v = wc * ((1 - w1) * src[row_t.off0[o]] + w1 * src[row_t.off1[o]]);
+          dst[o] = c == 0 ? v : dst[o] + v;
+        }
       }
-    }
-    if (extrapolates)
-      for (int64_t o = 0; o < out_w; ++o)
-        if (std::isnan(row_t.w1[o])) dst[o] = fill;
+      if (extrapolates)
+        for (int64_t o = 0; o < out_w; ++o)
+          if (std::isnan(row_t.w1[o])) dst[o] = fill;
+    });
   });
   return ok_status();
 }

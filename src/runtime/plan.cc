@@ -1,0 +1,366 @@
+#include "runtime/plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/heap_probe.h"
+#include "kernels/cpu/cpu_context.h"
+#include "memory/memory_plan.h"
+
+namespace kiln {
+
+namespace {
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Scratch handed out from heap blocks while a step's first call runs, to
+// learn how much scratch each step needs before the arena is laid out.
+class MeasuringWorkspace final : public Workspace {
+ public:
+  ~MeasuringWorkspace() override { reset(); }
+  void* scratch(size_t bytes) override {
+    bytes = round_up(std::max<size_t>(bytes, 1), kArenaAlignment);
+    void* p = std::aligned_alloc(kArenaAlignment, bytes);
+    if (!p) return nullptr;
+    blocks_.push_back(p);
+    used_ += bytes;
+    return p;
+  }
+  // Frees this step's blocks; returns the bytes they took.
+  size_t reset() {
+    for (void* p : blocks_) std::free(p);
+    blocks_.clear();
+    return std::exchange(used_, 0);
+  }
+
+ private:
+  std::vector<void*> blocks_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+// A step's scratch: a slice of the arena, handed out front to back.
+class Plan::ArenaWorkspace final : public Workspace {
+ public:
+  void reset(std::byte* base, size_t capacity) {
+    base_ = base;
+    capacity_ = capacity;
+    used_ = 0;
+  }
+  void* scratch(size_t bytes) override {
+    bytes = round_up(std::max<size_t>(bytes, 1), kArenaAlignment);
+    if (bytes > capacity_ - used_) return nullptr;
+    void* p = base_ + used_;
+    used_ += bytes;
+    return p;
+  }
+
+ private:
+  std::byte* base_ = nullptr;
+  size_t capacity_ = 0, used_ = 0;
+};
+
+// Memory one or more values live in: an intermediate in the arena (or in a
+// caller buffer once bound as an output), or a graph input. View ops add
+// values to their input's buffer instead of making one.
+struct Plan::Buffer {
+  enum class Kind { kArena, kInput } kind = Kind::kArena;
+  size_t bytes = 0;
+  int64_t first_step = 0, last_step = 0;  // node indices: writer, last reader
+  size_t offset = 0;                      // in the arena
+  std::vector<size_t> values;             // value ids stored in it
+  void* caller = nullptr;                 // the caller buffer an output is bound to
+};
+
+struct Plan::Step {
+  KernelFn fn = nullptr;
+  KernelContext ctx;
+  std::unique_ptr<KernelState> state;
+  int64_t node_index = 0;
+  size_t scratch_offset = 0, scratch_bytes = 0;
+};
+
+Plan::Plan() : workspace_(std::make_unique<ArenaWorkspace>()) {}
+
+Plan::~Plan() { std::free(arena_); }
+
+Result<std::map<std::string, int64_t>> input_dims(
+    const Graph& graph, const std::vector<std::pair<std::string, Shape>>& inputs) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& [name, shape] : inputs) {
+    const Value* v = graph.find_value(name);
+    if (!v || !v->is_input) return invalid_argument("the model has no input named '{}'", name);
+    if (!v->shape) continue;
+    if (v->shape->size() != shape.size())
+      return invalid_argument("input '{}' must have shape {}, got {}", name, sym_shape_to_string(*v->shape),
+                              shape_to_string(shape));
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const Dim& want = (*v->shape)[d];
+      if (want.known() || want.symbol.empty()) continue;
+      auto [it, fresh] = dims.emplace(want.symbol, shape[d]);
+      if (!fresh && it->second != shape[d])
+        return invalid_argument("input '{}': dim '{}' is {} here but {} in another input", name, want.symbol,
+                                shape[d], it->second);
+    }
+  }
+  return dims;
+}
+
+Result<std::unique_ptr<Plan>> Plan::compile(Graph graph, const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Plan> plan(new Plan());
+  plan->graph_ = std::move(graph);
+  KILN_RETURN_IF_ERROR(plan->build(options));
+  plan->stats_.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+Status Plan::build(const PlanOptions& options) {
+  KILN_RETURN_IF_ERROR(specialize_shapes(graph_, options.dims));
+  KILN_RETURN_IF_ERROR(run_passes(graph_, options.passes, &stats_.passes));
+
+  // Every value gets its concrete shape, fixed for the plan's life.
+  const auto& values = graph_.values();
+  views_.resize(values.size());
+  buffer_of_.assign(values.size(), -1);
+  for (const auto& v : values) {
+    TensorView& view = views_[v->id];
+    view.dtype = v->dtype;
+    if (v->constant) {
+      view = v->constant->view();
+      continue;
+    }
+    if (v->users.empty() && !v->producer && !v->is_input) continue;
+    auto shape = v->shape ? sym_shape_concrete(*v->shape) : std::nullopt;
+    if (!shape)
+      return unsupported("'{}' has shape {} after specialization; a plan needs static shapes", v->name,
+                         v->shape ? sym_shape_to_string(*v->shape) : "unknown");
+    view.shape = std::move(*shape);
+  }
+
+  auto new_buffer = [&](Value* v, Buffer::Kind kind, int64_t first_step) {
+    buffer_of_[v->id] = int64_t(buffers_.size());
+    buffers_.push_back(Buffer{kind, views_[v->id].nbytes(), first_step, first_step, 0, {v->id}, nullptr});
+  };
+  for (Value* in : graph_.inputs()) {
+    inputs_.push_back(in);
+    new_buffer(in, Buffer::Kind::kInput, 0);
+  }
+  input_bound_.assign(inputs_.size(), false);
+
+  // One step per node, except view ops, which only add a value to their
+  // input's buffer.
+  const auto& nodes = graph_.nodes();
+  std::vector<int64_t> step_nodes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = *nodes[i];
+    const Value* in0 = node.inputs.empty() ? nullptr : node.inputs[0];
+    Value* out0 = node.outputs.empty() ? nullptr : node.outputs[0];
+    if (op_is_view(node.op) && in0 && out0 && buffer_of_[in0->id] >= 0 && in0->dtype == out0->dtype &&
+        views_[in0->id].numel() == views_[out0->id].numel()) {
+      buffer_of_[out0->id] = buffer_of_[in0->id];
+      buffers_[size_t(buffer_of_[in0->id])].values.push_back(out0->id);
+      continue;
+    }
+    step_nodes.push_back(int64_t(i));
+    for (Value* out : node.outputs)
+      if (out) new_buffer(out, Buffer::Kind::kArena, int64_t(i));
+  }
+  // Lifetimes: a buffer lives until the last node that reads any value in
+  // it; graph outputs until the end (they are read after the run).
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Value* in : nodes[i]->inputs)
+      if (in && buffer_of_[in->id] >= 0) {
+        Buffer& b = buffers_[size_t(buffer_of_[in->id])];
+        b.last_step = std::max(b.last_step, int64_t(i));
+      }
+  for (const Value* out : graph_.outputs()) {
+    outputs_.push_back(out);
+    if (buffer_of_[out->id] >= 0) buffers_[size_t(buffer_of_[out->id])].last_step = int64_t(nodes.size());
+  }
+  bound_outputs_.resize(outputs_.size());
+
+  steps_.resize(step_nodes.size());
+  cpu_ = std::make_unique<CpuContext>();
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& step = steps_[s];
+    const Node& node = *nodes[size_t(step_nodes[s])];
+    step.node_index = step_nodes[s];
+    step.fn = cpu_kernel(node.op);
+    step.ctx.node = &node;
+    step.ctx.cpu = cpu_.get();
+    step.ctx.workspace = workspace_.get();
+    step.ctx.state = &step.state;
+    for (const Value* in : node.inputs) step.ctx.inputs.push_back(in ? &views_[in->id] : nullptr);
+    for (const Value* out : node.outputs) step.ctx.outputs.push_back(out ? &views_[out->id] : nullptr);
+  }
+  stats_.steps = int64_t(steps_.size());
+  stats_.nodes = int64_t(nodes.size());
+
+  std::vector<size_t> scratch_bytes(steps_.size(), 0);
+  KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
+  KILN_RETURN_IF_ERROR(prepare_kernels(scratch_bytes));
+  KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
+  for (const Step& step : steps_)
+    if (step.state) stats_.packed_weight_bytes += step.state->owned_bytes();
+  return ok_status();
+}
+
+// Lays out every arena buffer and each step's scratch in one arena, and
+// points the values at their place in it.
+Status Plan::plan_arena(const std::vector<size_t>& scratch_bytes) {
+  std::vector<BufferLifetime> lifetimes;
+  std::vector<size_t> arena_buffers;
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    if (buffers_[b].kind == Buffer::Kind::kArena) {
+      arena_buffers.push_back(b);
+      lifetimes.push_back({buffers_[b].first_step, buffers_[b].last_step, buffers_[b].bytes});
+    }
+  for (size_t s = 0; s < steps_.size(); ++s)
+    lifetimes.push_back({steps_[s].node_index, steps_[s].node_index, scratch_bytes[s]});
+  const MemoryPlan mp = memory_plan_greedy_by_size(lifetimes);
+  KILN_RETURN_IF_ERROR(memory_plan_check(lifetimes, mp));
+  if (mp.arena_bytes > physical_memory_bytes())
+    return resource_exhausted("the plan needs a {} byte arena, more than this machine's memory",
+                              mp.arena_bytes);
+  std::free(arena_);
+  arena_ = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, round_up(mp.arena_bytes + 1, kArenaAlignment)));
+  if (!arena_) return resource_exhausted("cannot allocate a {} byte arena", mp.arena_bytes);
+  stats_.arena_bytes = mp.arena_bytes;
+  stats_.naive_bytes = mp.naive_bytes;
+  stats_.lower_bound_bytes = mp.lower_bound_bytes;
+  for (size_t i = 0; i < arena_buffers.size(); ++i) {
+    Buffer& b = buffers_[arena_buffers[i]];
+    b.offset = mp.offsets[i];
+    point_buffer(arena_buffers[i], b.caller ? b.caller : arena_ + b.offset);
+  }
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    steps_[s].scratch_offset = mp.offsets[arena_buffers.size() + s];
+    steps_[s].scratch_bytes = scratch_bytes[s];
+  }
+  return ok_status();
+}
+
+void Plan::point_buffer(size_t buffer, void* data) {
+  for (size_t v : buffers_[buffer].values) views_[v].data = data;
+}
+
+// Runs every step once over zero inputs: each kernel builds its state (oneDNN
+// primitives, packed weights) and reports the scratch it takes.
+Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes) {
+  std::vector<void*> zeros;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const size_t bytes = views_[inputs_[i]->id].nbytes();
+    void* p = std::calloc(1, std::max<size_t>(bytes, 1));
+    if (!p) {
+      for (void* z : zeros) std::free(z);
+      return resource_exhausted("cannot allocate {} bytes for input '{}'", bytes, inputs_[i]->name);
+    }
+    zeros.push_back(p);
+    point_buffer(size_t(buffer_of_[inputs_[i]->id]), p);
+  }
+  MeasuringWorkspace measuring;
+  Status status;
+  for (size_t s = 0; s < steps_.size() && status.ok(); ++s) {
+    Step& step = steps_[s];
+    step.ctx.workspace = &measuring;
+    status = step.fn(step.ctx);
+    step.ctx.workspace = workspace_.get();
+    scratch_bytes[s] = measuring.reset();
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    point_buffer(size_t(buffer_of_[inputs_[i]->id]), nullptr);
+    std::free(zeros[i]);
+  }
+  return status;
+}
+
+Result<size_t> Plan::io_value(std::string_view name, bool input) const {
+  const auto& list = input ? inputs_ : outputs_;
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i]->name == name) return i;
+  return invalid_argument("the model has no {} named '{}'", input ? "input" : "output", name);
+}
+
+namespace {
+Status check_view(const TensorView& want, const TensorView& got, std::string_view what, std::string_view name) {
+  if (got.dtype != want.dtype)
+    return invalid_argument("{} '{}' must be {}, got {}", what, name, dtype_name(want.dtype), dtype_name(got.dtype));
+  if (got.shape != want.shape)
+    return invalid_argument("{} '{}' must have shape {} (the plan's signature), got {}", what, name,
+                            shape_to_string(want.shape), shape_to_string(got.shape));
+  if (!got.data && got.nbytes()) return invalid_argument("{} '{}' has no data", what, name);
+  return ok_status();
+}
+}  // namespace
+
+Status Plan::bind_input(std::string_view name, const TensorView& view) {
+  KILN_ASSIGN_OR_RETURN(size_t i, io_value(name, true));
+  const size_t id = inputs_[i]->id;
+  KILN_RETURN_IF_ERROR(check_view(views_[id], view, "input", name));
+  point_buffer(size_t(buffer_of_[id]), view.data);
+  input_bound_[i] = true;
+  return ok_status();
+}
+
+Status Plan::bind_output(std::string_view name, const TensorView& view) {
+  KILN_ASSIGN_OR_RETURN(size_t i, io_value(name, false));
+  const size_t id = outputs_[i]->id;
+  KILN_RETURN_IF_ERROR(check_view(views_[id], view, "output", name));
+  bound_outputs_[i] = view;
+  const int64_t b = buffer_of_[id];
+  // An output computed into its own arena buffer is written straight into
+  // the caller's memory; one that is a graph input or constant (or shares a
+  // buffer already bound elsewhere) is copied there after the run.
+  std::erase_if(output_copies_, [&](const auto& c) { return c.first == i; });
+  if (b >= 0 && buffers_[size_t(b)].kind == Buffer::Kind::kArena &&
+      (!buffers_[size_t(b)].caller || buffers_[size_t(b)].caller == view.data)) {
+    buffers_[size_t(b)].caller = view.data;
+    point_buffer(size_t(b), view.data);
+  } else {
+    output_copies_.push_back({i, id});
+  }
+  return ok_status();
+}
+
+const TensorView& Plan::output(size_t i) const {
+  return bound_outputs_[i].data ? bound_outputs_[i] : views_[outputs_[i]->id];
+}
+
+Status Plan::run(RunProfile* profile) {
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (!input_bound_[i]) return invalid_argument("input '{}' is not bound", inputs_[i]->name);
+  if (profile) {
+    profile->steps.resize(steps_.size());
+    const HeapAllocationCount heap = heap_allocation_count();
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      Step& step = steps_[s];
+      workspace_->reset(arena_ + step.scratch_offset, step.scratch_bytes);
+      const int64_t allocations = heap ? heap() : 0;
+      const auto start = std::chrono::steady_clock::now();
+      Status status = step.fn(step.ctx);
+      const auto end = std::chrono::steady_clock::now();
+      if (!status.ok()) return status;
+      profile->steps[s] = {step.ctx.node, std::chrono::duration<double, std::milli>(end - start).count(),
+                           heap ? heap() - allocations : -1};
+    }
+  } else {
+    for (Step& step : steps_) {
+      workspace_->reset(arena_ + step.scratch_offset, step.scratch_bytes);
+      Status status = step.fn(step.ctx);
+      if (!status.ok()) return status;
+    }
+  }
+  output_copy_bytes_ = 0;
+  for (const auto& [i, id] : output_copies_) {
+    std::memcpy(bound_outputs_[i].data, views_[id].data, views_[id].nbytes());
+    output_copy_bytes_ += views_[id].nbytes();
+  }
+  return ok_status();
+}
+
+}  // namespace kiln

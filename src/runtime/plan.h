@@ -1,0 +1,121 @@
+// The compiled plan: a model fixed to one input signature, optimized, and
+// laid out as a flat list of steps over one arena.
+//
+// compile() specializes the graph's dims, runs the pass pipeline, plans every
+// intermediate (and every kernel's scratch) into one arena, and prepares each
+// step's kernel once (oneDNN primitives built, constant weights pre-packed).
+// run() then walks the steps: no heap allocation, no shape inference, no
+// kernel lookup, no copies.
+//
+// Inputs are bound by pointer and read in place. Outputs are written into
+// caller buffers when bound, else into the arena and returned as views valid
+// until the next run. A caller may bind one run's output buffer as the next
+// run's input (the latent across denoise steps).
+//
+//   KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = {{"batch", 2}}}));
+//   KILN_RETURN_IF_ERROR(plan->bind_input("x", x.view()));
+//   KILN_RETURN_IF_ERROR(plan->run());
+//   const TensorView& y = plan->output(0);
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernels/kernel.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+struct PlanOptions {
+  std::map<std::string, int64_t> dims;  // a size for every symbolic input dim
+  PassOptions passes;
+};
+
+// Figures from compile time (what `kiln bench` reports).
+struct PlanStats {
+  PassStats passes;              // rewrites per pass ("fuse_layer_norm" -> 5, ...)
+  size_t arena_bytes = 0;        // the one arena: intermediates + kernel scratch
+  size_t naive_bytes = 0;        // one buffer per intermediate, never reused
+  size_t lower_bound_bytes = 0;  // most bytes live at any one step
+  size_t packed_weight_bytes = 0;  // constant weights re-laid out for the kernels
+  int64_t steps = 0;             // kernel calls per run (view ops cost none)
+  int64_t nodes = 0;             // nodes after the passes
+  double compile_ms = 0;
+};
+
+// The sizes of the graph's symbolic input dims that `inputs` (name, shape)
+// imply; an error when an input's rank differs or a dim takes two sizes.
+Result<std::map<std::string, int64_t>> input_dims(
+    const Graph& graph, const std::vector<std::pair<std::string, Shape>>& inputs);
+
+// Where one run's time went, step by step (Plan::run with a profile).
+struct StepProfile {
+  const Node* node = nullptr;
+  double ms = 0;
+  int64_t heap_allocations = -1;  // -1: the program has no allocation counter
+};
+struct RunProfile {
+  std::vector<StepProfile> steps;
+};
+
+class Plan {
+ public:
+  static Result<std::unique_ptr<Plan>> compile(Graph graph, const PlanOptions& options);
+  ~Plan();
+
+  const Graph& graph() const { return graph_; }
+  const PlanStats& stats() const { return stats_; }
+
+  // The graph inputs/outputs with their concrete shapes, in graph order.
+  const std::vector<const Value*>& inputs() const { return inputs_; }
+  const std::vector<const Value*>& outputs() const { return outputs_; }
+
+  // Points input `name` at caller memory, read in place by every run until
+  // bound again; dtype and shape must match the signature.
+  Status bind_input(std::string_view name, const TensorView& view);
+  // Has output `name` written straight into caller memory (same checks).
+  Status bind_output(std::string_view name, const TensorView& view);
+
+  // Runs every step. Every input must be bound. With a profile, also times
+  // each step and counts its heap allocations (costs a clock read per step).
+  Status run(RunProfile* profile = nullptr);
+
+  // Output i of the last run: the caller's buffer when bound, else a view
+  // into the arena, valid until the next run.
+  const TensorView& output(size_t i) const;
+  // Bytes the last run copied because an output is an input or a constant
+  // of the graph (nothing in any model a pass pipeline has seen).
+  size_t output_copy_bytes() const { return output_copy_bytes_; }
+
+ private:
+  struct Step;
+  struct Buffer;
+  class ArenaWorkspace;
+
+  Plan();
+  Status build(const PlanOptions& options);
+  Status plan_arena(const std::vector<size_t>& scratch_bytes);
+  Status prepare_kernels(std::vector<size_t>& scratch_bytes);
+  void point_buffer(size_t buffer, void* data);
+  Result<size_t> io_value(std::string_view name, bool input) const;
+
+  Graph graph_;
+  PlanStats stats_;
+  std::vector<const Value*> inputs_, outputs_;
+  std::vector<TensorView> views_;    // per value id: shape fixed, data set by binding
+  std::vector<int64_t> buffer_of_;   // per value id: its Buffer, or -1 (constant)
+  std::vector<Buffer> buffers_;
+  std::unique_ptr<CpuContext> cpu_;  // before steps_: their kernel states use its engine
+  std::vector<Step> steps_;
+  std::unique_ptr<ArenaWorkspace> workspace_;
+  std::byte* arena_ = nullptr;
+  std::vector<bool> input_bound_;
+  size_t output_copy_bytes_ = 0;
+  std::vector<std::pair<size_t, size_t>> output_copies_;  // (output index, source value id)
+  std::vector<TensorView> bound_outputs_;                 // per output; data null when unbound
+};
+
+}  // namespace kiln

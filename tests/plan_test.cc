@@ -1,0 +1,139 @@
+// The compiled plan: arena layout, I/O binding by pointer, replay without
+// heap allocation, and its errors.
+#include <gtest/gtest.h>
+
+#include "heap_counter/heap_counter.h"
+#include "runtime/eager_executor.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+namespace {
+
+// y = LayerNorm(softmax(x * 2 + b) + x), reshaped and transposed: kernels
+// from every group that does not call oneDNN, with a symbolic batch dim.
+Graph norm_graph() {
+  Graph g;
+  Value* x = g.add_input("x", DType::kF32, SymShape{Dim::named("batch"), Dim(8)});
+  Value* two = g.add_constant("two", *Tensor::from_vector<float>({}, {2.0f}));
+  Value* b = g.add_constant("b", *Tensor::from_vector<float>({8}, {0, 1, 2, 3, 4, 5, 6, 7}));
+  Value* scale = g.add_constant("scale", *Tensor::from_vector<float>({8}, std::vector<float>(8, 1.5f)));
+  Value* shape = g.add_constant("shape", *Tensor::from_vector<int64_t>({3}, {-1, 2, 4}));
+  auto v = [&](const char* name) { return g.add_value(name); };
+  Value *m = v("m"), *a = v("a"), *s = v("s"), *r = v("r"), *n = v("n"), *rs = v("rs"), *y = v("y");
+  g.add_node(OpKind::kMul, "mul", {x, two}, {m});
+  g.add_node(OpKind::kAdd, "add", {m, b}, {a});
+  g.add_node(OpKind::kSoftmax, "softmax", {a}, {s});
+  g.add_node(OpKind::kAdd, "residual", {s, x}, {r});
+  g.add_node(OpKind::kLayerNormalization, "ln", {r, scale}, {n});
+  g.add_node(OpKind::kReshape, "reshape", {n, shape}, {rs});
+  Attributes perm;
+  perm.set("perm", std::vector<int64_t>{0, 2, 1});
+  g.add_node(OpKind::kTranspose, "transpose", {rs}, {y}, perm);
+  g.mark_output(y);
+  return g;
+}
+
+Tensor ramp(Shape shape, float step) {
+  auto t = Tensor::empty(DType::kF32, std::move(shape));
+  for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = float(i) * step - 1.0f;
+  return *t;
+}
+
+std::vector<float> values(const TensorView& v) { return {v.as<float>(), v.as<float>() + v.numel()}; }
+
+std::vector<float> eager_output(const Tensor& x) {
+  Graph g = norm_graph();
+  EagerExecutor exec(g);
+  auto out = exec.run({{"x", x}});
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return values((*out)[0].view());
+}
+
+std::unique_ptr<Plan> compile(int64_t batch) {
+  auto plan = Plan::compile(norm_graph(), {.dims = {{"batch", batch}}});
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return plan.ok() ? std::move(plan).value() : nullptr;
+}
+
+TEST(Plan, MatchesEagerAndReadsInputsInPlace) {
+  auto plan = compile(3);
+  ASSERT_TRUE(plan);
+  Tensor x = ramp({3, 8}, 0.1f);
+  ASSERT_TRUE(plan->bind_input("x", x.view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  EXPECT_EQ(plan->output(0).shape, (Shape{3, 4, 2}));
+  std::vector<float> first = values(plan->output(0));
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_NEAR(first[i], eager_output(x)[i], 1e-6f) << i;
+
+  // The plan reads the bound memory itself: change it, run again, no rebind.
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= -0.5f;
+  ASSERT_TRUE(plan->run().ok());
+  std::vector<float> second = values(plan->output(0));
+  EXPECT_NE(first, second);
+  for (size_t i = 0; i < second.size(); ++i) EXPECT_NEAR(second[i], eager_output(x)[i], 1e-6f) << i;
+}
+
+TEST(Plan, WritesBoundOutputsIntoCallerMemory) {
+  auto plan = compile(2);
+  ASSERT_TRUE(plan);
+  Tensor x = ramp({2, 8}, 0.3f);
+  auto y = Tensor::empty(DType::kF32, {2, 4, 2});
+  ASSERT_TRUE(plan->bind_input("x", x.view()).ok());
+  ASSERT_TRUE(plan->bind_output("y", y->view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  EXPECT_EQ(plan->output(0).data, y->raw());
+  EXPECT_EQ(plan->output_copy_bytes(), 0u);
+  std::vector<float> want = eager_output(x);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y->data<float>()[i], want[i], 1e-6f);
+}
+
+TEST(Plan, ReplayAllocatesNothing) {
+  if (!HeapCounter::available()) GTEST_SKIP() << "no allocation counter under AddressSanitizer";
+  auto plan = compile(64);
+  ASSERT_TRUE(plan);
+  Tensor x = ramp({64, 8}, 0.01f);
+  ASSERT_TRUE(plan->bind_input("x", x.view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  HeapCounter heap;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(plan->run().ok());
+  EXPECT_EQ(heap.allocations(), 0);
+}
+
+TEST(Plan, ArenaReusesMemoryAcrossSteps) {
+  auto plan = compile(1024);
+  ASSERT_TRUE(plan);
+  const PlanStats& st = plan->stats();
+  EXPECT_GE(st.arena_bytes, st.lower_bound_bytes);
+  EXPECT_LT(st.arena_bytes, st.naive_bytes);
+  EXPECT_EQ(st.steps, 6);  // the Reshape is a view: no step
+}
+
+TEST(Plan, RejectsBadBindings) {
+  auto plan = compile(2);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->run().message(), "input 'x' is not bound");
+  Tensor wrong = ramp({3, 8}, 0.1f);
+  Status st = plan->bind_input("x", wrong.view());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "input 'x' must have shape [2,8] (the plan's signature), got [3,8]");
+  EXPECT_EQ(plan->bind_input("z", wrong.view()).message(), "the model has no input named 'z'");
+  EXPECT_EQ(plan->bind_output("y", wrong.view()).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Plan, NeedsEverySymbolicDim) {
+  auto plan = Plan::compile(norm_graph(), {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(), "input 'x': give a size for dim 'batch'");
+}
+
+TEST(Plan, InputDimsFromShapes) {
+  Graph g = norm_graph();
+  auto dims = input_dims(g, {{"x", {5, 8}}});
+  ASSERT_TRUE(dims.ok());
+  EXPECT_EQ(dims->at("batch"), 5);
+  EXPECT_FALSE(input_dims(g, {{"x", {5, 8, 1}}}).ok());
+  EXPECT_FALSE(input_dims(g, {{"q", {5, 8}}}).ok());
+}
+
+}  // namespace
+}  // namespace kiln
