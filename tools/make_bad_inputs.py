@@ -335,6 +335,18 @@ def build_cases():
          "relu.onnx: input 'x' (npy_wrong_dtype.npy) must be f32, got i64", "int64 array for a float input")
     case("run relu.onnx --input x=npy_missing.npy", "npy_missing.npy: no such file", "no such file")
 
+    # --- flags of the model-running commands
+    case("run relu.onnx --mode bogus", "unknown mode 'bogus' (modes: eager, graph, auto)", "an unknown --mode")
+    case("run relu.onnx --op-times", "--reference and --op-times run the eager executor: add --mode eager",
+         "an eager-only flag in graph mode")
+    case("bench relu.onnx --iters 0", "--iters must be at least 1, got 0", "no timed runs")
+    case("bench relu.onnx --modes eager,warp", "--modes: unknown mode 'warp'", "an unknown mode in --modes")
+    case("bench relu.onnx --modes graph,graph", "--modes: 'graph' is listed twice", "a mode listed twice")
+    case("bench truncated.onnx", "truncated.onnx: not a valid ONNX model (protobuf parse failed)",
+         "bench on a malformed model")
+    case("bench relu.onnx --input x=npy_wrong_shape.npy",
+         "relu.onnx: input 'x' (npy_wrong_shape.npy) must have shape [2,3], got [3]", "bench with a wrong input")
+
     # --- safetensors, given as MODEL: kiln validates the file, then says it
     # holds weights only. `kiln show` lists a weights file's tensors.
     def st_case(name, data, expect, why, command="run"):

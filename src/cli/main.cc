@@ -11,11 +11,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   kiln::cli::Handler show = kiln::cli::add_show_command(app);
   kiln::cli::Handler run = kiln::cli::add_run_command(app);
+  kiln::cli::Handler bench = kiln::cli::add_bench_command(app);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run; see kiln --help)\n", argv[1]);
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench; see kiln --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   kiln::Status status;
   if (app.got_subcommand("show")) status = show();
   else if (app.got_subcommand("run")) status = run();
+  else if (app.got_subcommand("bench")) status = bench();
   if (status.ok()) return 0;
   std::fprintf(stderr, "kiln: error: %s\n", status.message().c_str());
   return status.code() == kiln::StatusCode::kInternal ? 1 : 2;

@@ -1,17 +1,16 @@
-// kiln run MODEL: run a model once with the eager executor; print and save
-// its outputs.
+// kiln run MODEL: run a model once (a compiled plan by default, or eager, or
+// auto); print and save its outputs.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <random>
-#include <set>
 
 #include "cli/commands.h"
 #include "npy/npy.h"
 #include "cli/model_file.h"
-#include "runtime/eager_executor.h"
+#include "cli/model_inputs.h"
+#include "runtime/model_runner.h"
 
 namespace kiln::cli {
 
@@ -23,31 +22,11 @@ struct RunOptions {
   std::vector<std::string> dims;    // NAME=VALUE
   std::string output_dir;
   uint64_t seed = 0;
+  std::string mode = "graph";
+  std::string fusion_switch;
   bool reference = false;
   bool op_times = false;
 };
-
-// Random values of the input's declared type: normal(0, 1) for floats,
-// uniform in [0, 10) for integers, fair coin for bools.
-Result<Tensor> random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng) {
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
-  std::normal_distribution<float> normal;
-  std::uniform_int_distribution<int> small(0, 9);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (dtype) {
-      case DType::kF32: t.data<float>()[i] = normal(rng); break;
-      case DType::kF64: t.data<double>()[i] = normal(rng); break;
-      case DType::kF16: t.data<f16>()[i] = f32_to_f16(normal(rng)); break;
-      case DType::kBF16: t.data<bf16>()[i] = f32_to_bf16(normal(rng)); break;
-      case DType::kI64: t.data<int64_t>()[i] = small(rng); break;
-      case DType::kI32: t.data<int32_t>()[i] = small(rng); break;
-      case DType::kI8: t.data<int8_t>()[i] = int8_t(small(rng)); break;
-      case DType::kU8: t.data<uint8_t>()[i] = uint8_t(small(rng)); break;
-      case DType::kBool: t.data<bool>()[i] = small(rng) < 5; break;
-    }
-  }
-  return t;
-}
 
 std::string summarize(const Tensor& t) {
   std::string head;
@@ -89,48 +68,32 @@ void print_op_times(const EagerExecutor& exec) {
 
 Status run_model(const RunOptions& opt) {
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
-  KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
-  const std::set<std::string> symbols = graph_input_symbols(g);
-  for (const auto& [name, size] : dims)
-    if (!symbols.count(name)) return invalid_argument("--dim {}: no input of {} has a dim named '{}'", name, opt.model, name);
-  NamedTensors inputs;
-  std::map<std::string, std::string> sources;  // input name -> .npy file
-  for (const auto& in : opt.inputs) {
-    KILN_ASSIGN_OR_RETURN(auto kv, split_assignment(in, "--input"));
-    if (!g.find_value(kv.first) || !g.find_value(kv.first)->is_input)
-      return invalid_argument("--input {}: the model has no input named '{}'", kv.second, kv.first);
-    KILN_ASSIGN_OR_RETURN(Tensor t, npy_read(kv.second));
-    inputs.emplace_back(kv.first, std::move(t));
-    sources[kv.first] = kv.second;
-  }
-  std::mt19937_64 rng(opt.seed);
-  for (const Value* v : g.inputs()) {
-    bool given = false;
-    for (const auto& [name, t] : inputs) given |= name == v->name;
-    if (given) continue;
-    if (!v->shape) return invalid_argument("input '{}' has no declared shape: give it with --input", v->name);
-    Shape shape;
-    for (const Dim& d : *v->shape) {
-      if (d.known()) {
-        shape.push_back(d.value);
-      } else if (auto it = dims.find(d.symbol); it != dims.end()) {
-        shape.push_back(it->second);
-      } else {
-        fmt::print(stderr, "kiln: note: input '{}' dim '{}' set to 1 (use --dim {}=N)\n", v->name,
-                   d.symbol.empty() ? "?" : d.symbol, d.symbol.empty() ? "NAME" : d.symbol);
-        shape.push_back(1);
-      }
+  KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, opt.model, opt.inputs, opt.dims, opt.seed));
+  std::vector<Tensor> outputs;
+  if (opt.reference || opt.op_times || mode == ExecutionMode::kEager) {
+    if (mode != ExecutionMode::kEager)
+      return invalid_argument("--reference and --op-times run the eager executor: add --mode eager");
+    EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
+    exec.set_op_timing(opt.op_times);
+    if (Status s = exec.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+    auto run = exec.run(inputs.tensors);
+    if (!run.ok()) return run.status().with_context(opt.model);
+    outputs = std::move(run).value();
+    if (opt.op_times) print_op_times(exec);
+  } else {
+    RunnerOptions options{.mode = mode};
+    if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(options.passes, pass_options_from_json(opt.fusion_switch)); }
+    options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
+    KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create([&] { return load_model(opt.model); }, options));
+    {
+      EagerExecutor check(g);  // the same messages, naming the input files, as eager mode
+      if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
     }
-    KILN_ASSIGN_OR_RETURN(Tensor t, random_tensor(v->dtype, shape, rng));
-    inputs.emplace_back(v->name, std::move(t));
+    auto run = runner->run(inputs.tensors);
+    if (!run.ok()) return run.status().with_context(opt.model);
+    outputs = std::move(run).value();
   }
-  EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
-  exec.set_op_timing(opt.op_times);
-  if (Status s = exec.check_inputs(inputs, sources); !s.ok()) return s.with_context(opt.model);
-  auto run = exec.run(inputs);
-  if (!run.ok()) return run.status().with_context(opt.model);
-  std::vector<Tensor> outputs = std::move(run).value();
-  if (opt.op_times) print_op_times(exec);
   if (!opt.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.output_dir, ec);
@@ -158,6 +121,9 @@ Handler add_run_command(CLI::App& app) {
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (default 1)");
   cmd->add_option("--output-dir,-o", opt->output_dir, "write each output as DIR/<output name>.npy");
   cmd->add_option("--seed", opt->seed, "seed for random inputs")->default_val(0);
+  cmd->add_option("--mode", opt->mode, "eager | graph (a compiled plan) | auto (times both, keeps the faster)")
+      ->default_val("graph");
+  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
   cmd->add_flag("--reference", opt->reference, "use the reference kernels (slow; for checking)");
   cmd->add_flag("--op-times", opt->op_times, "print time per op kind (to stderr)");
   return [opt]() { return run_model(*opt); };

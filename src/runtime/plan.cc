@@ -167,8 +167,14 @@ Status Plan::build(const PlanOptions& options) {
       continue;
     }
     step_nodes.push_back(int64_t(i));
-    for (Value* out : node.outputs)
-      if (out) new_buffer(out, Buffer::Kind::kArena, int64_t(i));
+    for (Value* out : node.outputs) {
+      if (!out) continue;
+      const TensorView& view = views_[out->id];
+      if (view.nbytes() > physical_memory_bytes())
+        return resource_exhausted("{}: cannot allocate {} bytes for a tensor of shape {}", node_label(node),
+                                  view.nbytes(), shape_to_string(view.shape));
+      new_buffer(out, Buffer::Kind::kArena, int64_t(i));
+    }
   }
   // Lifetimes: a buffer lives until the last node that reads any value in
   // it; graph outputs until the end (they are read after the run).

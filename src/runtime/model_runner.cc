@@ -1,0 +1,117 @@
+#include "runtime/model_runner.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+Result<ExecutionMode> parse_execution_mode(std::string_view name) {
+  if (name == "eager") return ExecutionMode::kEager;
+  if (name == "graph") return ExecutionMode::kGraph;
+  if (name == "auto") return ExecutionMode::kAuto;
+  return invalid_argument("unknown mode '{}' (modes: eager, graph, auto)", name);
+}
+
+const char* execution_mode_name(ExecutionMode mode) {
+  switch (mode) {
+    case ExecutionMode::kEager: return "eager";
+    case ExecutionMode::kGraph: return "graph";
+    case ExecutionMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string signature_of(const NamedTensors& inputs) {
+  std::string s;
+  for (const auto& [name, t] : inputs)
+    s += fmt::format("{}{}:{}{}", s.empty() ? "" : " ", name, dtype_name(t.dtype()), shape_to_string(t.shape()));
+  return s;
+}
+
+ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options, Graph graph)
+    : load_(std::move(load)), options_(std::move(options)), eager_graph_(std::move(graph)),
+      eager_(eager_graph_) {}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options) {
+  KILN_ASSIGN_OR_RETURN(Graph graph, load());
+  return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(load), std::move(options), std::move(graph)));
+}
+
+Result<Plan*> ModelRunner::plan_for(const NamedTensors& inputs) {
+  const std::string signature = signature_of(inputs);
+  if (auto it = plans_.find(signature); it != plans_.end()) {
+    ++stats_.plan_hits;
+    return it->second.get();
+  }
+  ++stats_.plan_misses;
+  KILN_RETURN_IF_ERROR(eager_.check_inputs(inputs));
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const auto& [name, t] : inputs) shapes.emplace_back(name, t.shape());
+  KILN_ASSIGN_OR_RETURN(auto dims, input_dims(eager_graph_, shapes));
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_());
+  KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = dims, .passes = options_.passes}));
+  stats_.compile_ms += plan->stats().compile_ms;
+  Plan* p = plan.get();
+  plans_.emplace(signature, std::move(plan));
+  return p;
+}
+
+Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensors& inputs) {
+  for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
+  KILN_RETURN_IF_ERROR(plan.run());
+  std::vector<Tensor> outputs;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < plan.outputs().size(); ++i) {
+    const TensorView& v = plan.output(i);
+    if (!options_.safe_output) {
+      outputs.emplace_back(v.dtype, v.shape, v.data, nullptr);  // a view until the next run
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor copy, Tensor::empty(v.dtype, v.shape));
+    std::memcpy(copy.raw(), v.data, v.nbytes());
+    stats_.output_clone_bytes += v.nbytes();
+    outputs.push_back(std::move(copy));
+  }
+  if (options_.safe_output) stats_.output_clone_ms += ms_since(start);
+  return outputs;
+}
+
+// Auto: one warm-up and one timed run of each mode, the faster kept.
+Result<ExecutionMode> ModelRunner::choose(const std::string& signature, const NamedTensors& inputs) {
+  if (auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
+  KILN_ASSIGN_OR_RETURN(Plan * plan, plan_for(inputs));
+  double ms[2] = {0, 0};
+  for (int timed = 0; timed < 2; ++timed) {
+    auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(eager_.run(inputs).status());
+    if (timed) ms[0] = ms_since(start);
+    start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(run_graph(*plan, inputs).status());
+    if (timed) ms[1] = ms_since(start);
+  }
+  const ExecutionMode pick = ms[1] <= ms[0] ? ExecutionMode::kGraph : ExecutionMode::kEager;
+  if (options_.log)
+    options_.log(fmt::format("auto: {} (graph {:.3f} ms, eager {:.3f} ms) for {}", execution_mode_name(pick),
+                             ms[1], ms[0], signature));
+  chosen_[signature] = pick;
+  return pick;
+}
+
+Result<std::vector<Tensor>> ModelRunner::run(const NamedTensors& inputs) {
+  ExecutionMode mode = options_.mode;
+  if (mode == ExecutionMode::kAuto) {
+    KILN_ASSIGN_OR_RETURN(mode, choose(signature_of(inputs), inputs));
+  }
+  last_mode_ = mode;
+  if (mode == ExecutionMode::kEager) return eager_.run(inputs);
+  KILN_ASSIGN_OR_RETURN(Plan * plan, plan_for(inputs));
+  return run_graph(*plan, inputs);
+}
+
+}  // namespace kiln

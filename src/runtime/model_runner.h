@@ -1,0 +1,82 @@
+// Runs a model in one of kiln's execution modes:
+//   eager  node by node (EagerExecutor), the baseline;
+//   graph  a compiled Plan per input signature, kept in a cache;
+//   auto   on the first call of each signature, times one eager and one
+//          graph run (each after a warm-up run) and keeps the faster,
+//          logging the decision with both timings.
+//
+//   auto runner = ModelRunner::create([] { return load(); }, {.mode = ExecutionMode::kAuto});
+//   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*runner)->run({{"x", x}}));
+//
+// Inputs are bound by pointer (never copied). Graph-mode outputs are views
+// into the plan, valid until the next run, unless `safe_output` asks for
+// copies (their cost is counted in stats()).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/eager_executor.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+
+enum class ExecutionMode { kEager, kGraph, kAuto };
+
+// "eager" | "graph" | "auto"; an error naming the choices otherwise.
+Result<ExecutionMode> parse_execution_mode(std::string_view name);
+const char* execution_mode_name(ExecutionMode mode);
+
+// "x:f32[2,4,32,32] t:i64[2]": what selects a compiled plan.
+std::string signature_of(const NamedTensors& inputs);
+
+struct RunnerOptions {
+  ExecutionMode mode = ExecutionMode::kGraph;
+  PassOptions passes;
+  bool safe_output = false;                   // clone graph-mode outputs
+  std::function<void(const std::string&)> log;  // decisions worth telling the user
+};
+
+struct RunnerStats {
+  int64_t plan_hits = 0, plan_misses = 0;
+  double compile_ms = 0;          // summed over misses
+  size_t input_copy_bytes = 0;    // inputs are bound by pointer: stays 0
+  size_t output_clone_bytes = 0;  // safe_output copies
+  double output_clone_ms = 0;
+};
+
+class ModelRunner {
+ public:
+  using GraphLoader = std::function<Result<Graph>()>;
+
+  // `load` makes a fresh copy of the model graph (each plan compiles and
+  // rewrites its own).
+  static Result<std::unique_ptr<ModelRunner>> create(GraphLoader load, RunnerOptions options);
+
+  Result<std::vector<Tensor>> run(const NamedTensors& inputs);
+
+  // The mode the last run used (auto resolves to eager or graph).
+  ExecutionMode last_mode() const { return last_mode_; }
+  const RunnerStats& stats() const { return stats_; }
+  // The plan for a signature, compiling it on a miss.
+  Result<Plan*> plan_for(const NamedTensors& inputs);
+
+ private:
+  ModelRunner(GraphLoader load, RunnerOptions options, Graph graph);
+  Result<std::vector<Tensor>> run_graph(Plan& plan, const NamedTensors& inputs);
+  Result<ExecutionMode> choose(const std::string& signature, const NamedTensors& inputs);
+
+  GraphLoader load_;
+  RunnerOptions options_;
+  Graph eager_graph_;
+  EagerExecutor eager_;
+  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::map<std::string, ExecutionMode> chosen_;  // auto's decision per signature
+  ExecutionMode last_mode_ = ExecutionMode::kEager;
+  RunnerStats stats_;
+};
+
+}  // namespace kiln
