@@ -11,7 +11,8 @@ namespace {
 TEST(Ir, OpTableRoundTripsNames) {
   for (int i = 0; i < kOpCount; ++i) {
     OpKind op = static_cast<OpKind>(i);
-    EXPECT_EQ(op_from_onnx_name(op_name(op)), op);
+    if (op_name(op).starts_with("kiln.")) EXPECT_FALSE(op_from_onnx_name(op_name(op)).has_value());  // fused
+    else EXPECT_EQ(op_from_onnx_name(op_name(op)), op);
   }
   EXPECT_FALSE(op_from_onnx_name("NoSuchOp").has_value());
 }

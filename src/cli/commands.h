@@ -16,5 +16,6 @@ using Handler = std::function<Status()>;
 Handler add_show_command(CLI::App& app);
 Handler add_run_command(CLI::App& app);
 Handler add_bench_command(CLI::App& app);
+Handler add_compile_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -8,15 +8,16 @@
 int main(int argc, char** argv) {
   CLI::App app{"kiln: a graph compiler and runtime for diffusion-model inference"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kiln 0.1.0");
+  app.set_version_flag("--version", "kiln " KILN_VERSION_STRING);
   kiln::cli::Handler show = kiln::cli::add_show_command(app);
   kiln::cli::Handler run = kiln::cli::add_run_command(app);
   kiln::cli::Handler bench = kiln::cli::add_bench_command(app);
+  kiln::cli::Handler compile = kiln::cli::add_compile_command(app);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench; see kiln --help)\n", argv[1]);
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, compile; see kiln --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("show")) status = show();
   else if (app.got_subcommand("run")) status = run();
   else if (app.got_subcommand("bench")) status = bench();
+  else if (app.got_subcommand("compile")) status = compile();
   if (status.ok()) return 0;
   std::fprintf(stderr, "kiln: error: %s\n", status.message().c_str());
   return status.code() == kiln::StatusCode::kInternal ? 1 : 2;

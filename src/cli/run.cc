@@ -10,6 +10,7 @@
 #include "npy/npy.h"
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
+#include "cli/plan_files.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -66,7 +67,48 @@ void print_op_times(const EagerExecutor& exec) {
   fmt::print(stderr, "{:<24}{:>8}{:>12.3f}\n", "total", "", total * 1e3);
 }
 
+// Prints each output and, with --output-dir, saves it as .npy.
+template <typename Values>  // Graph's or Plan's outputs()
+Status report_outputs(const RunOptions& opt, const Values& names, const std::vector<Tensor>& outputs) {
+  if (!opt.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.output_dir, ec);
+    if (ec) return invalid_argument("--output-dir {}: {}", opt.output_dir, ec.message());
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string& name = names[i]->name;
+    fmt::print("{}: {}\n", name, summarize(outputs[i]));
+    if (!opt.output_dir.empty()) {
+      std::string path = (std::filesystem::path(opt.output_dir) / file_name_for(name)).string();
+      KILN_RETURN_IF_ERROR(npy_write(path, outputs[i]));
+      fmt::print("    written to {}\n", path);
+    }
+  }
+  return ok_status();
+}
+
+// A .kplan: already compiled for one signature, so graph mode only.
+Status run_plan_file(const RunOptions& opt) {
+  if (opt.mode != "graph" || opt.reference || opt.op_times || !opt.fusion_switch.empty() || !opt.dims.empty())
+    return invalid_argument("{}: a .kplan runs as compiled (graph mode, fixed shapes): give the ONNX model for "
+                            "--mode, --reference, --op-times, --fusion-switch or --dim", opt.model);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, load_plan_file(opt.model));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(plan->graph(), opt.model, opt.inputs, {}, opt.seed));
+  for (const auto& [name, t] : inputs.tensors) {
+    Status s = plan->bind_input(name, t.view());
+    if (!s.ok()) return s.with_context(inputs.sources.count(name) ? opt.model + ": " + inputs.sources[name] : opt.model);
+  }
+  if (Status s = plan->run(); !s.ok()) return s.with_context(opt.model);
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < plan->outputs().size(); ++i) {
+    const TensorView& v = plan->output(i);
+    outputs.emplace_back(v.dtype, v.shape, v.data, nullptr);
+  }
+  return report_outputs(opt, plan->outputs(), outputs);
+}
+
 Status run_model(const RunOptions& opt) {
+  if (looks_like_plan_file(opt.model)) return run_plan_file(opt);
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, opt.model, opt.inputs, opt.dims, opt.seed));
@@ -94,21 +136,7 @@ Status run_model(const RunOptions& opt) {
     if (!run.ok()) return run.status().with_context(opt.model);
     outputs = std::move(run).value();
   }
-  if (!opt.output_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opt.output_dir, ec);
-    if (ec) return invalid_argument("--output-dir {}: {}", opt.output_dir, ec.message());
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string& name = g.outputs()[i]->name;
-    fmt::print("{}: {}\n", name, summarize(outputs[i]));
-    if (!opt.output_dir.empty()) {
-      std::string path = (std::filesystem::path(opt.output_dir) / file_name_for(name)).string();
-      KILN_RETURN_IF_ERROR(npy_write(path, outputs[i]));
-      fmt::print("    written to {}\n", path);
-    }
-  }
-  return ok_status();
+  return report_outputs(opt, g.outputs(), outputs);
 }
 
 }  // namespace
@@ -116,7 +144,7 @@ Status run_model(const RunOptions& opt) {
 Handler add_run_command(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and print (and optionally save) its outputs");
-  cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
+  cmd->add_option("MODEL", opt->model, "ONNX model file, or a .kplan from kiln compile")->required();
   cmd->add_option("--input,-i", opt->inputs, "NAME=FILE.npy: an input tensor (random of the declared shape when omitted)");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (default 1)");
   cmd->add_option("--output-dir,-o", opt->output_dir, "write each output as DIR/<output name>.npy");

@@ -19,10 +19,15 @@ OpArity op_arity(OpKind op) { return kOpArities[static_cast<int>(op)]; }
 
 std::string_view op_name(OpKind op) { return kOpNames[static_cast<int>(op)]; }
 
-std::optional<OpKind> op_from_onnx_name(std::string_view name) {
+std::optional<OpKind> op_from_name(std::string_view name) {
   for (int i = 0; i < kOpCount; ++i)
     if (kOpNames[i] == name) return static_cast<OpKind>(i);
   return std::nullopt;
+}
+
+std::optional<OpKind> op_from_onnx_name(std::string_view name) {
+  if (name.starts_with("kiln.")) return std::nullopt;  // fused ops: made by passes only
+  return op_from_name(name);
 }
 
 bool op_is_view(OpKind op) {

@@ -18,7 +18,7 @@ inline constexpr int kOpCount = 0
 #include "ir/op_table.def"
 #undef KILN_OP
     ;
-static_assert(kOpCount == 60, "op_table.def changed: update this count and the kernels");
+static_assert(kOpCount == 64, "op_table.def changed: update this count and the kernels");
 
 // How many inputs and outputs a node of the op may have (op_table.def).
 inline constexpr int kMany = 1 << 20;
@@ -28,7 +28,11 @@ struct OpArity {
 OpArity op_arity(OpKind op);
 
 std::string_view op_name(OpKind op);
+// An ONNX op type; never one of kiln's fused ops ("kiln.*"), which only
+// passes create.
 std::optional<OpKind> op_from_onnx_name(std::string_view name);
+// Any op by its op_name(), fused ones included (for kiln's own files).
+std::optional<OpKind> op_from_name(std::string_view name);
 
 // Ops whose output is input 0's bytes under another shape: the executors may
 // alias the output to the input instead of copying.

@@ -39,6 +39,16 @@ Status eliminate_common_subexpressions(Graph& graph, PassStats* stats);
 // LayerNorm decomposed by the exporter (ReduceMean, Sub, Pow, ReduceMean,
 // Add, Sqrt, Div, optional Mul/Add affine) -> one LayerNormalization.
 Status fuse_layer_norm(Graph& graph, PassStats* stats);
+// GELU in its exact (erf), tanh and sigmoid (QuickGELU) forms -> kiln.Gelu.
+Status fuse_gelu(Graph& graph, PassStats* stats);
+// x sigmoid(x) and x sigmoid(a x) -> kiln.Silu.
+Status fuse_silu(Graph& graph, PassStats* stats);
+// Reshape, InstanceNormalization, Reshape, optional affine (and a SiLU that
+// follows) -> kiln.GroupNorm.
+Status fuse_group_norm(Graph& graph, PassStats* stats);
+// MatMul(Q, Kt), scale, optional mask, Softmax, MatMul(P, V) and the
+// Transposes around them -> kiln.Attention.
+Status fuse_attention(Graph& graph, PassStats* stats);
 
 // Not a pipeline pass, since it takes the signature: fixes symbolic input
 // dims to concrete sizes and re-infers every shape, so later passes can fold

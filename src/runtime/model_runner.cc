@@ -30,7 +30,7 @@ const char* execution_mode_name(ExecutionMode mode) {
 std::string signature_of(const NamedTensors& inputs) {
   std::string s;
   for (const auto& [name, t] : inputs)
-    s += fmt::format("{}{}:{}{}", s.empty() ? "" : " ", name, dtype_name(t.dtype()), shape_to_string(t.shape()));
+    s += (s.empty() ? "" : " ") + signature_entry(name, t.dtype(), t.shape());
   return s;
 }
 

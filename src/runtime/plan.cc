@@ -87,6 +87,16 @@ Plan::Plan() : workspace_(std::make_unique<ArenaWorkspace>()) {}
 
 Plan::~Plan() { std::free(arena_); }
 
+std::string signature_entry(std::string_view name, DType dtype, const Shape& shape) {
+  return fmt::format("{}:{}{}", name, dtype_name(dtype), shape_to_string(shape));
+}
+
+std::string Plan::signature() const {
+  std::string s;
+  for (const Value* v : inputs_) s += (s.empty() ? "" : " ") + signature_entry(v->name, v->dtype, views_[v->id].shape);
+  return s;
+}
+
 Result<std::map<std::string, int64_t>> input_dims(
     const Graph& graph, const std::vector<std::pair<std::string, Shape>>& inputs) {
   std::map<std::string, int64_t> dims;

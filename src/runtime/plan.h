@@ -46,6 +46,9 @@ struct PlanStats {
   double compile_ms = 0;
 };
 
+// "x:f32[2,4,32,32] t:i64[2]": what selects a compiled plan; one entry per input.
+std::string signature_entry(std::string_view name, DType dtype, const Shape& shape);
+
 // The sizes of the graph's symbolic input dims that `inputs` (name, shape)
 // imply; an error when an input's rank differs or a dim takes two sizes.
 Result<std::map<std::string, int64_t>> input_dims(
@@ -68,10 +71,14 @@ class Plan {
 
   const Graph& graph() const { return graph_; }
   const PlanStats& stats() const { return stats_; }
+  // The rewrites the passes made, when they ran before this plan was
+  // compiled (a plan loaded from a .kplan file).
+  void set_pass_counts(std::map<std::string, int64_t> counts) { stats_.passes.counts = std::move(counts); }
 
   // The graph inputs/outputs with their concrete shapes, in graph order.
   const std::vector<const Value*>& inputs() const { return inputs_; }
   const std::vector<const Value*>& outputs() const { return outputs_; }
+  std::string signature() const;
 
   // Points input `name` at caller memory, read in place by every run until
   // bound again; dtype and shape must match the signature.

@@ -114,6 +114,27 @@ struct ErfOp {
     return hn::IfThenElse(hn::IsNaN(x), x, y);
   }
 };
+// GELU, exact: x/2 (1 + erf(x/sqrt2)).
+struct GeluOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    const V half_x = hn::Mul(x, hn::Set(d, 0.5f));
+    return hn::MulAdd(half_x, ErfOp()(d, hn::Mul(x, hn::Set(d, 0.70710678118654752f))), half_x);
+  }
+};
+// GELU, tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanhOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    const V x3 = hn::Mul(hn::Mul(x, x), x);
+    const V inner = hn::Mul(hn::MulAdd(x3, hn::Set(d, 0.044715f), x), hn::Set(d, 0.79788456080286536f));
+    const V half_x = hn::Mul(x, hn::Set(d, 0.5f));
+    return hn::MulAdd(half_x, TanhOp()(d, inner), half_x);
+  }
+};
+// x sigmoid(alpha x): SiLU at alpha 1, CLIP's quick GELU at 1.702.
+struct SiluOp {
+  float alpha;
+  HWY_INLINE V operator()(D d, V x) const { return hn::Mul(x, SigmoidOp()(d, hn::Mul(x, hn::Set(d, alpha)))); }
+};
 struct ReluOp {
   HWY_INLINE V operator()(D d, V x) const {
     return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
@@ -229,6 +250,9 @@ void UnaryF32Impl(UnaryF32 op, const float* x, float* y, size_t n, const UnaryF3
     case UnaryF32::kClip: return unary_loop(x, y, n, ClipOp{p.lo, p.hi});
     case UnaryF32::kCos: return unary_loop(x, y, n, CosOp());
     case UnaryF32::kSin: return unary_loop(x, y, n, SinOp());
+    case UnaryF32::kGelu: return unary_loop(x, y, n, GeluOp());
+    case UnaryF32::kGeluTanh: return unary_loop(x, y, n, GeluTanhOp());
+    case UnaryF32::kSilu: return unary_loop(x, y, n, SiluOp{p.alpha});
   }
 }
 

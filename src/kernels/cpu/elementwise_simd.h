@@ -16,9 +16,10 @@ namespace kiln::simd {
 enum class UnaryF32 {
   kSqrt, kReciprocal, kNeg, kAbs, kExp, kLog, kErf, kTanh, kSigmoid,
   kRelu, kLeakyRelu, kClip, kCos, kSin,
+  kGelu, kGeluTanh, kSilu,  // the fused activations (kiln.Gelu, kiln.Silu)
 };
 struct UnaryF32Params {
-  float alpha = 0;       // LeakyRelu slope
+  float alpha = 0;       // LeakyRelu slope; Silu's x sigmoid(alpha x)
   float lo = 0, hi = 0;  // Clip bounds
 };
 // y may equal x.

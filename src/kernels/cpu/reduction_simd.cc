@@ -7,6 +7,7 @@
 // Max propagates NaN like numpy, which the reference kernels follow.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/reduction_simd.cc"
+#include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/parallel.h"
 
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -240,6 +241,23 @@ void InstanceNormRows(const float* x, float* y, int64_t rows, int64_t n, int64_t
   });
 }
 
+// GroupNorm: row r is one (sample, group): `channels` runs of `spatial`
+// elements normalized together, each with its channel's affine.
+void GroupNormRows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
+                   int64_t num_channels, float eps, const float* scale, const float* bias, bool silu) {
+  const int64_t n = channels * spatial;
+  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) {
+    float mean, inv_std;
+    MeanInvStd(x + r * n, n, eps, mean, inv_std);
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t channel = (r * channels + c) % num_channels;
+      const float a = inv_std * scale[channel];
+      AffineRow(x + r * n + c * spatial, y + r * n + c * spatial, spatial, a, bias[channel] - mean * a);
+    }
+    if (silu) simd::unary_f32(simd::UnaryF32::kSilu, y + r * n, y + r * n, size_t(n), {.alpha = 1.0f});
+  });
+}
+
 }  // namespace kiln::reduction_simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -253,8 +271,9 @@ HWY_EXPORT(SumColumns);
 HWY_EXPORT(MaxColumns);
 HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(InstanceNormRows);
+HWY_EXPORT(GroupNormRows);
 
-// Declared in cpu/reduction.cc, the only caller.
+// Declared in cpu/reduction.cc (and group_norm_rows in cpu/fused.cc).
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SoftmaxRows)(x, y, rows, n);
 }
@@ -277,6 +296,10 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float ep
 void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t channels,
                         float eps, const float* scale, const float* bias) {
   HWY_DYNAMIC_DISPATCH(InstanceNormRows)(x, y, rows, n, channels, eps, scale, bias);
+}
+void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
+                     int64_t num_channels, float eps, const float* scale, const float* bias, bool silu) {
+  HWY_DYNAMIC_DISPATCH(GroupNormRows)(x, y, rows, channels, spatial, num_channels, eps, scale, bias, silu);
 }
 
 }  // namespace kiln::reduction_simd

@@ -1,0 +1,51 @@
+// kiln compile MODEL -o FILE.kplan: the offline-compile path. Fixes the
+// input shapes, runs the passes, plans the arena and writes it all to a file
+// that `kiln run FILE.kplan` loads without compiling again.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/model_file.h"
+#include "cli/plan_files.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct CompileOptions {
+  std::string model;
+  std::vector<std::string> dims;
+  std::string fusion_switch;
+  std::string output;
+};
+
+Status compile(const CompileOptions& opt) {
+  KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
+  PassOptions passes;
+  if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(passes, pass_options_from_json(opt.fusion_switch)); }
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, compile_to_file(opt.model, dims, passes, opt.output));
+  const PlanStats& st = plan->stats();
+  fmt::print("{}: {} nodes, {} steps, arena {:.2f} MiB, compiled in {:.0f} ms\n", opt.model, st.nodes, st.steps,
+             double(st.arena_bytes) / (1 << 20), st.compile_ms);
+  std::string fusions;
+  for (const auto& [pass, count] : st.passes.counts)
+    if (count && pass.starts_with("fuse_")) fusions += fmt::format("{}{} {}", fusions.empty() ? "" : ", ", pass, count);
+  if (!fusions.empty()) fmt::print("fusions: {}\n", fusions);
+  fmt::print("written to {} ({:.2f} MiB)\n", opt.output, double(std::filesystem::file_size(opt.output)) / (1 << 20));
+  return ok_status();
+}
+
+}  // namespace
+
+Handler add_compile_command(CLI::App& app) {
+  auto opt = std::make_shared<CompileOptions>();
+  CLI::App* cmd = app.add_subcommand("compile", "Compile a model for fixed input shapes into a .kplan file");
+  cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
+  cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (each one needs a size)");
+  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  cmd->add_option("--output,-o", opt->output, "the .kplan file to write")->required();
+  return [opt]() { return compile(*opt); };
+}
+
+}  // namespace kiln::cli

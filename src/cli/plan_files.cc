@@ -1,0 +1,28 @@
+#include "cli/plan_files.h"
+
+#include <fmt/format.h>
+
+#include "cli/model_file.h"
+
+namespace kiln::cli {
+
+Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const std::map<std::string, int64_t>& dims,
+                                              const PassOptions& passes, const std::string& out) {
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model));
+  auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes});
+  if (!compiled.ok()) return compiled.status().with_context(model);
+  std::unique_ptr<Plan> plan = std::move(compiled).value();
+  KILN_ASSIGN_OR_RETURN(PlanKey key, plan_key_for(model, plan->signature(), dims));
+  KILN_RETURN_IF_ERROR(write_plan_file(out, *plan, key));
+  return plan;
+}
+
+Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path) {
+  auto recompile = [](const PlanKey& key) -> Result<std::unique_ptr<Plan>> {
+    KILN_ASSIGN_OR_RETURN(Graph graph, load_model(key.model_path));
+    return Plan::compile(std::move(graph), {.dims = key.dims});  // the default passes: the file does not say
+  };
+  return kiln::load_plan_file(path, recompile, [](const std::string& line) { fmt::print(stderr, "kiln: note: {}\n", line); });
+}
+
+}  // namespace kiln::cli

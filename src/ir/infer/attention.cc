@@ -1,0 +1,137 @@
+// Shape inference for kiln.Attention (see ir/shape_inference.h).
+//
+// Q, K and V are read through their perms (identity when absent) as
+//   Qh = [batch..., Sq, D], Kt = [batch..., D, Sk], Vh = [batch..., Sk, Dv],
+// the Mask broadcasts to the scores [batch..., Sq, Sk], and
+// Y = Transpose([batch..., Sq, Dv], out_perm). The fusion pass builds these
+// nodes, so every mismatch is reported: a pass bug would otherwise surface as
+// a wrong answer.
+#include <fmt/ranges.h>
+
+#include <array>
+#include <numeric>
+#include <string_view>
+
+#include "ir/infer/infer_util.h"
+
+namespace kiln {
+
+namespace {
+
+struct Operand {
+  std::string_view name, perm_attr;
+};
+constexpr std::array<Operand, 3> kOperands = {{{"Q", "q_perm"}, {"K", "k_perm"}, {"V", "v_perm"}}};
+constexpr size_t kMaskInput = 3;
+
+// The rank Q, K and V share, or the perms' length when no shape is known;
+// nullopt when nothing tells.
+Result<std::optional<size_t>> operand_rank(const InferContext& ctx) {
+  std::optional<size_t> rank;
+  std::string_view from;
+  for (size_t i = 0; i < kOperands.size(); ++i) {
+    const auto& s = ctx.input(i).shape;
+    if (!s) continue;
+    if (rank && *rank != s->size())
+      return ctx.error("{} has rank {} but {} has rank {}", kOperands[i].name, s->size(), from, *rank);
+    rank = s->size();
+    from = kOperands[i].name;
+  }
+  for (std::string_view attr : {"q_perm", "k_perm", "v_perm", "out_perm"})
+    if (const auto* perm = ctx.attrs().get_ints(attr); perm && !rank) rank = perm->size();
+  if (rank && *rank != 3 && *rank != 4) return ctx.error("Q, K and V must have rank 3 or 4, not {}", *rank);
+  return rank;
+}
+
+// Attribute `name` checked to be a permutation of 0..rank-1; identity when absent.
+Result<std::vector<int64_t>> read_perm(const InferContext& ctx, std::string_view name, size_t rank) {
+  std::vector<int64_t> perm(rank);
+  std::iota(perm.begin(), perm.end(), 0);
+  const std::vector<int64_t>* attr = ctx.attrs().get_ints(name);
+  if (!attr) return perm;
+  std::vector<bool> seen(rank);
+  bool valid = attr->size() == rank;
+  for (int64_t p : *attr) {
+    valid = valid && p >= 0 && p < int64_t(rank) && !seen[size_t(p)];
+    if (valid) seen[size_t(p)] = true;
+  }
+  if (!valid) return ctx.error("{} [{}] is not a permutation of 0..{}", name, fmt::join(*attr, ","), rank - 1);
+  return *attr;
+}
+
+// out[j] = in[perm[j]], as ONNX Transpose.
+SymShape transposed(const SymShape& in, const std::vector<int64_t>& perm) {
+  SymShape out;
+  for (int64_t p : perm) out.push_back(in[size_t(p)]);
+  return out;
+}
+
+Status check_same(const InferContext& ctx, const Dim& a, const Dim& b, std::string_view what) {
+  if (a.known() && b.known() && a.value != b.value)
+    return ctx.error("{} differ: {} vs {}", what, a.value, b.value);
+  return ok_status();
+}
+
+// The better-known of two dims that must be equal.
+Dim either(const Dim& a, const Dim& b) { return a.known() || (!b.known() && !a.symbol.empty()) ? a : b; }
+
+Status check_mask(const InferContext& ctx, const SymShape& scores) {
+  const auto& mask = ctx.input(kMaskInput).shape;
+  if (!mask) return ok_status();
+  bool fits = mask->size() <= scores.size();
+  for (size_t k = 0; fits && k < mask->size(); ++k) {
+    const Dim& m = (*mask)[mask->size() - 1 - k];
+    const Dim& s = scores[scores.size() - 1 - k];
+    fits = !m.known() || !s.known() || m.value == 1 || m.value == s.value;
+  }
+  if (!fits)
+    return ctx.error("Mask shape {} does not broadcast to the scores' shape {}", sym_shape_to_string(*mask),
+                     sym_shape_to_string(scores));
+  return ok_status();
+}
+
+}  // namespace
+
+Status infer_Attention(InferContext& ctx) {
+  for (size_t i = 0; i < kOperands.size(); ++i) {
+    if (!ctx.has_input(i)) return ctx.error("{} (input {}) is required", kOperands[i].name, i);
+    KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  }
+  if (ctx.has_input(kMaskInput)) KILN_RETURN_IF_ERROR(require_dtype(ctx, kMaskInput, {DType::kF32}));
+  const AttributeValue* scale = ctx.attrs().find("scale");
+  if (!scale || !std::holds_alternative<float>(*scale)) return ctx.error("scale (a float attribute) is required");
+  KILN_ASSIGN_OR_RETURN(std::optional<size_t> rank, operand_rank(ctx));
+  if (!rank) {
+    set_output(ctx, 0, DType::kF32, std::nullopt);
+    return ok_status();
+  }
+  const size_t r = *rank;
+  std::array<SymShape, 3> logical;  // Qh, Kt, Vh
+  for (size_t i = 0; i < kOperands.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(ctx, kOperands[i].perm_attr, r));
+    logical[i] = transposed(ctx.input(i).shape.value_or(unknown_shape(int64_t(r))), perm);
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_perm, read_perm(ctx, "out_perm", r));
+  const auto& [qh, kt, vh] = logical;
+  SymShape out(qh.begin(), qh.end() - 2);  // the batch dims
+  for (size_t b = 0; b + 2 < r; ++b) {
+    KILN_RETURN_IF_ERROR(check_same(ctx, qh[b], kt[b], fmt::format("batch dims {} of Q and K", b)));
+    KILN_RETURN_IF_ERROR(check_same(ctx, qh[b], vh[b], fmt::format("batch dims {} of Q and V", b)));
+    KILN_RETURN_IF_ERROR(check_same(ctx, kt[b], vh[b], fmt::format("batch dims {} of K and V", b)));
+    out[b] = either(either(qh[b], kt[b]), vh[b]);
+  }
+  KILN_RETURN_IF_ERROR(check_same(ctx, qh[r - 1], kt[r - 2], "head dims (D) of Q and K"));
+  KILN_RETURN_IF_ERROR(check_same(ctx, kt[r - 1], vh[r - 2], "key counts (Sk) of K and V"));
+  if (ctx.has_input(kMaskInput)) {
+    SymShape scores = out;
+    scores.push_back(qh[r - 2]);
+    scores.push_back(either(kt[r - 1], vh[r - 2]));
+    KILN_RETURN_IF_ERROR(check_mask(ctx, scores));
+  }
+  out.push_back(qh[r - 2]);
+  out.push_back(vh[r - 1]);
+  set_output(ctx, 0, DType::kF32, transposed(out, out_perm));
+  return ok_status();
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// Shape inference for the fused ops kiln's passes create (op_table.def,
+// group "fused"). Each checks its attributes, since a pass bug would
+// otherwise surface as a wrong answer.
+#include "ir/infer/infer_util.h"
+
+namespace kiln {
+
+namespace {
+
+Status same_shape_f32(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, {DType::kF32}));
+  set_output(ctx, 0, DType::kF32, ctx.input(0).shape);
+  return ok_status();
+}
+
+}  // namespace
+
+Status infer_Gelu(InferContext& ctx) {
+  const std::string form = ctx.attrs().get_string("approximate", "none");
+  if (form != "none" && form != "tanh" && form != "sigmoid")
+    return ctx.error("approximate must be none, tanh or sigmoid, got '{}'", form);
+  return same_shape_f32(ctx);
+}
+
+Status infer_Silu(InferContext& ctx) { return same_shape_f32(ctx); }
+
+Status infer_GroupNorm(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, {DType::kF32}));
+  for (size_t i : {1, 2}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  const int64_t groups = ctx.attrs().get_int("num_groups", 0);
+  if (groups < 1) return ctx.error("num_groups must be positive, got {}", groups);
+  const std::string activation = ctx.attrs().get_string("activation", "none");
+  if (activation != "none" && activation != "silu")
+    return ctx.error("activation must be none or silu, got '{}'", activation);
+  const auto& x = ctx.input(0).shape;
+  if (x) {
+    if (x->size() < 2) return ctx.error("X must be [N, C, ...], got rank {}", x->size());
+    const Dim& channels = (*x)[1];
+    if (channels.known() && channels.value % groups != 0)
+      return ctx.error("{} channels do not split into {} groups", channels.value, groups);
+    for (size_t i : {1, 2}) {
+      const auto& p = ctx.input(i).shape;
+      if (p && (p->size() != 1 || ((*p)[0].known() && channels.known() && (*p)[0].value != channels.value)))
+        return ctx.error("input {} must be [{}], got {}", i, channels.known() ? std::to_string(channels.value) : "C",
+                         sym_shape_to_string(*p));
+    }
+  }
+  set_output(ctx, 0, DType::kF32, x);
+  return ok_status();
+}
+
+}  // namespace kiln

@@ -1,0 +1,194 @@
+// Highway per-target loops behind kernels/cpu/attention_simd.h. This file is
+// compiled once per SIMD target (foreach_target.h re-includes it).
+//
+// A task is kRows query rows of one batch entry, held as a pair of vectors
+// with one row per lane, so every step below works on whole vectors:
+//   qt[t] = q[rows, t] * scale                          packed once, t < D
+//   st[j] = sum over t of qt[t] * k[t, j]               a block of kKeyBlock keys
+//   st[j] = exp(st[j] - max)                            running max raised first
+//   ot[e] = ot[e] * exp(old max - max) + sum over j of st[j] * v[j, e]
+// and at the end y[rows, e] = ot[e] / (running sum of exps). Both products
+// are one tile routine (TileProduct): kRows-float columns times scalars
+// broadcast from k or v through their strides, so any perm of K and V runs
+// the same vector code and neither is ever copied.
+#include "kernels/cpu/attention_simd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/parallel.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention_simd.cc"
+#include <hwy/foreach_target.h>  // must precede highway.h
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::attention_simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+constexpr int64_t kLanes = int64_t(hn::MaxLanes(D()));
+constexpr int64_t kRows = 2 * kLanes;
+static_assert(kRows <= kMaxRows, "scratch_floats sizes tiles for kMaxRows rows");
+// Tile columns per pass: 2 * kTileCols accumulators, plus the column pair
+// and a broadcast, must fit the register file (32 vectors with AVX-512, else 16).
+constexpr int kTileCols = HWY_TARGET <= HWY_AVX3 ? 8 : 4;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+HWY_INLINE V MaxNaN(V a, V b) { return hn::IfThenElse(hn::Or(hn::Lt(a, b), hn::IsNaN(b)), b, a); }
+
+// c[j] = (kAccumulate ? c[j] : 0) + sum over t < n of a[t] * b[t * b_step + j * b_col]
+// for j < kCols, each a[t] and c[j] a column of kRows floats.
+template <int kCols, bool kAccumulate>
+HWY_INLINE void TileUpdate(const float* HWY_RESTRICT a, int64_t n, const float* b, int64_t b_step,
+                           int64_t b_col, float* HWY_RESTRICT c) {
+  const D d;
+  V lo[kCols], hi[kCols];
+  for (int j = 0; j < kCols; ++j) {
+    lo[j] = kAccumulate ? hn::Load(d, c + j * kRows) : hn::Zero(d);
+    hi[j] = kAccumulate ? hn::Load(d, c + j * kRows + kLanes) : hn::Zero(d);
+  }
+  for (int64_t t = 0; t < n; ++t, a += kRows, b += b_step) {
+    const V a_lo = hn::Load(d, a), a_hi = hn::Load(d, a + kLanes);
+    for (int j = 0; j < kCols; ++j) {
+      const V bj = hn::Set(d, b[j * b_col]);
+      lo[j] = hn::MulAdd(a_lo, bj, lo[j]);
+      hi[j] = hn::MulAdd(a_hi, bj, hi[j]);
+    }
+  }
+  for (int j = 0; j < kCols; ++j) {
+    hn::Store(lo[j], d, c + j * kRows);
+    hn::Store(hi[j], d, c + j * kRows + kLanes);
+  }
+}
+
+// TileUpdate over `cols` columns.
+template <bool kAccumulate>
+void TileProduct(const float* a, int64_t n, const float* b, int64_t b_step, int64_t b_col, int64_t cols,
+                 float* c) {
+  int64_t j = 0;
+  for (; j + kTileCols <= cols; j += kTileCols)
+    TileUpdate<kTileCols, kAccumulate>(a, n, b + j * b_col, b_step, b_col, c + j * kRows);
+  for (; j < cols; ++j) TileUpdate<1, kAccumulate>(a, n, b + j * b_col, b_step, b_col, c + j * kRows);
+}
+
+// qt[t][r] = q[r, t] * scale for the task's rows; zero in the lanes past them.
+void PackQueries(const float* q, int64_t row_step, int64_t col_step, int64_t rows, int64_t cols, float scale,
+                 float* qt) {
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t t = 0; t < cols; ++t)
+      qt[t * kRows + r] = r < rows ? q[r * row_step + t * col_step] * scale : 0.0f;
+}
+
+void AddMask(const float* mask, int64_t row_step, int64_t col_step, int64_t rows, int64_t keys, float* st) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < keys; ++j) st[j * kRows + r] += mask[r * row_step + j * col_step];
+}
+
+// Per row (lane): the largest score so far and the sum of exp(score - it).
+struct Running {
+  V max[2], sum[2];
+};
+
+// Raises the running max over a block of scores, turns the scores into
+// exp(score - max), and rescales the sum and the accumulator ot (dv columns)
+// to the new max.
+void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) {
+  const D d;
+  for (int h = 0; h < 2; ++h) {
+    float* s = st + h * kLanes;
+    V max = run.max[h];
+    for (int64_t j = 0; j < keys; ++j) max = MaxNaN(max, hn::Load(d, s + j * kRows));
+    // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
+    const V shift = hn::IfThenZeroElse(hn::Eq(max, hn::Set(d, -kInf)), max);
+    const V alpha = hn::Exp(d, hn::Sub(run.max[h], shift));
+    V sum = hn::Zero(d);
+    for (int64_t j = 0; j < keys; ++j) {
+      const V e = hn::Exp(d, hn::Sub(hn::Load(d, s + j * kRows), shift));
+      hn::Store(e, d, s + j * kRows);
+      sum = hn::Add(sum, e);
+    }
+    run.sum[h] = hn::MulAdd(run.sum[h], alpha, sum);
+    run.max[h] = max;
+    for (int64_t e = 0; e < dv; ++e) {
+      float* o = ot + e * kRows + h * kLanes;
+      hn::Store(hn::Mul(hn::Load(d, o), alpha), d, o);
+    }
+  }
+}
+
+// y[r, e] = ot[e][r] / sum[r]. A row whose max is not finite (every score
+// -inf, or a NaN or +inf among them) is NaN throughout, as softmax gives.
+void WriteRows(const Running& run, const float* ot, int64_t rows, int64_t dv, float* y, int64_t row_step,
+               int64_t col_step) {
+  const D d;
+  HWY_ALIGN float max[kRows], inv[kRows];
+  for (int h = 0; h < 2; ++h) {
+    hn::Store(run.max[h], d, max + h * kLanes);
+    hn::Store(hn::Div(hn::Set(d, 1.0f), run.sum[h]), d, inv + h * kLanes);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::isfinite(max[r]) ? inv[r] : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t e = 0; e < dv; ++e) y[r * row_step + e * col_step] = ot[e * kRows + r] * scale;
+  }
+}
+
+// Rows [row0, row0 + kRows) of batch entry (b0, b1), over every key block.
+void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* scratch) {
+  const int64_t rows = std::min(kRows, p.sq - row0);
+  float* qt = scratch;
+  float* st = qt + p.d * kRows;
+  float* ot = st + kKeyBlock * kRows;
+  auto at = [&](auto* base, const Strides& s) { return base + b0 * s[0] + b1 * s[1]; };
+  const float* k = at(p.k, p.k_stride);
+  const float* v = at(p.v, p.v_stride);
+  const float* mask = p.mask ? at(p.mask, p.mask_stride) + row0 * p.mask_stride[2] : nullptr;
+  PackQueries(at(p.q, p.q_stride) + row0 * p.q_stride[2], p.q_stride[2], p.q_stride[3], rows, p.d, p.scale, qt);
+  std::fill(ot, ot + p.dv * kRows, 0.0f);
+  Running run;
+  for (int h = 0; h < 2; ++h) {
+    run.max[h] = hn::Set(D(), -kInf);
+    run.sum[h] = hn::Zero(D());
+  }
+  for (int64_t key0 = 0; key0 < p.sk; key0 += kKeyBlock) {
+    const int64_t keys = std::min(kKeyBlock, p.sk - key0);
+    TileProduct<false>(qt, p.d, k + key0 * p.k_stride[3], p.k_stride[2], p.k_stride[3], keys, st);
+    if (mask) AddMask(mask + key0 * p.mask_stride[3], p.mask_stride[2], p.mask_stride[3], rows, keys, st);
+    SoftmaxBlock(st, keys, ot, p.dv, run);
+    TileProduct<true>(st, keys, v + key0 * p.v_stride[2], p.v_stride[2], p.v_stride[3], p.dv, ot);
+  }
+  WriteRows(run, ot, rows, p.dv, at(p.y, p.y_stride) + row0 * p.y_stride[2], p.y_stride[2], p.y_stride[3]);
+}
+
+void AttentionF32(const Problem& p, float* scratch, bool parallel) {
+  const int64_t blocks = (p.sq + kRows - 1) / kRows;
+  const int64_t slot = scratch_floats(p);
+  parallel_for(p.b0 * p.b1 * blocks, parallel, [&](int64_t task) {
+    const int64_t batch = task / blocks;
+    AttendRows(p, batch / p.b1, batch % p.b1, task % blocks * kRows, scratch + omp_get_thread_num() * slot);
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln::attention_simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kiln::attention_simd {
+
+HWY_EXPORT(AttentionF32);
+
+void attention_f32(const Problem& p, float* scratch, bool parallel) {
+  HWY_DYNAMIC_DISPATCH(AttentionF32)(p, scratch, parallel);
+}
+
+}  // namespace kiln::attention_simd
+#endif

@@ -1,0 +1,54 @@
+// CPU kernels for the fused ops: one pass over memory where the unfused
+// subgraph made several (Highway loops, chosen per CPU at run time).
+#include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+namespace reduction_simd {  // defined in reduction_simd.cc
+void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
+                     int64_t num_channels, float eps, const float* scale, const float* bias, bool silu);
+}
+
+namespace {
+
+// Elementwise in chunks, so a large tensor spreads over the threads.
+Status unary_f32(KernelContext& ctx, simd::UnaryF32 op, simd::UnaryF32Params params = {}) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const float* in = x.as<float>();
+  float* out = ctx.output(0)->as<float>();
+  parallel_ranges(x.numel(), x.numel() >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    simd::unary_f32(op, in + begin, out + begin, size_t(end - begin), params);
+  });
+  return ok_status();
+}
+
+}  // namespace
+
+Status cpu_Gelu(KernelContext& ctx) {
+  const std::string form = ctx.attrs().get_string("approximate", "none");
+  if (form == "tanh") return unary_f32(ctx, simd::UnaryF32::kGeluTanh);
+  if (form == "sigmoid") return unary_f32(ctx, simd::UnaryF32::kSilu, {.alpha = 1.702f});
+  return unary_f32(ctx, simd::UnaryF32::kGelu);
+}
+
+Status cpu_Silu(KernelContext& ctx) {
+  return unary_f32(ctx, simd::UnaryF32::kSilu, {.alpha = ctx.attrs().get_float("alpha", 1.0f)});
+}
+
+Status cpu_GroupNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t groups = ctx.attrs().get_int("num_groups", 1);
+  const int64_t batch = x.shape[0], channels = x.shape[1];
+  if (x.numel() == 0) return ok_status();
+  reduction_simd::group_norm_rows(x.as<float>(), ctx.output(0)->as<float>(), batch * groups, channels / groups,
+                                  x.numel() / (batch * channels), channels, ctx.attrs().get_float("epsilon", 1e-5f),
+                                  ctx.input(1)->as<float>(), ctx.input(2)->as<float>(),
+                                  ctx.attrs().get_string("activation", "none") == "silu");
+  return ok_status();
+}
+
+}  // namespace kiln

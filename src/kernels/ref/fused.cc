@@ -1,0 +1,68 @@
+// Reference kernels for the fused ops: each computes, in double, exactly the
+// unfused subgraph its fusion pass replaces.
+#include <cmath>
+
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+namespace {
+
+template <typename Fn>
+Status map_f32(KernelContext& ctx, Fn&& fn) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const float* in = x.as<float>();
+  float* out = ctx.output(0)->as<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) out[i] = float(fn(double(in[i])));
+  return ok_status();
+}
+
+double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
+
+}  // namespace
+
+Status ref_Gelu(KernelContext& ctx) {
+  const std::string form = ctx.attrs().get_string("approximate", "none");
+  if (form == "tanh")
+    return map_f32(ctx, [](double v) {
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    });
+  if (form == "sigmoid") return map_f32(ctx, [](double v) { return v * sigmoid(1.702 * v); });
+  return map_f32(ctx, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
+}
+
+Status ref_Silu(KernelContext& ctx) {
+  const double alpha = ctx.attrs().get_float("alpha", 1.0f);
+  return map_f32(ctx, [alpha](double v) { return v * sigmoid(alpha * v); });
+}
+
+Status ref_GroupNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t groups = ctx.attrs().get_int("num_groups", 1);
+  const double eps = ctx.attrs().get_float("epsilon", 1e-5f);
+  const bool silu = ctx.attrs().get_string("activation", "none") == "silu";
+  const int64_t batch = x.shape[0], channels = x.shape[1];
+  const int64_t spatial = batch * channels ? x.numel() / (batch * channels) : 0;
+  const int64_t per_group = channels / groups * spatial;
+  const float *in = x.as<float>(), *scale = ctx.input(1)->as<float>(), *bias = ctx.input(2)->as<float>();
+  float* out = ctx.output(0)->as<float>();
+  for (int64_t row = 0; row < batch * groups; ++row) {
+    const int64_t begin = row * per_group;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < per_group; ++j) mean += in[begin + j];
+    mean /= double(per_group);
+    for (int64_t j = 0; j < per_group; ++j) var += (in[begin + j] - mean) * (in[begin + j] - mean);
+    var /= double(per_group);
+    const double inv_std = 1 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < per_group; ++j) {
+      const int64_t c = (begin + j) / spatial % channels;
+      double v = (in[begin + j] - mean) * inv_std * scale[c] + bias[c];
+      out[begin + j] = float(silu ? v * sigmoid(v) : v);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace kiln

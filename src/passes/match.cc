@@ -1,0 +1,109 @@
+#include "passes/match.h"
+
+#include <cmath>
+
+namespace kiln {
+
+Node* producer_of(const Value* v, OpKind op) {
+  return v && v->producer && v->producer->op == op ? v->producer : nullptr;
+}
+
+bool used_once(const Value* v) { return v && v->users.size() == 1 && !v->is_output; }
+
+std::optional<double> scalar_constant(const Value* v) {
+  if (!v || !v->constant || v->constant->numel() != 1 || !dtype_is_float(v->constant->dtype()))
+    return std::nullopt;
+  return v->constant->element_as_double(0);
+}
+
+bool is_scalar(const Value* v, double want) {
+  const std::optional<double> got = scalar_constant(v);
+  return got && std::abs(*got - want) <= 1e-4 * std::abs(want);
+}
+
+bool filled_with(const Value* v, double want) {
+  if (!v || !v->constant || !dtype_is_float(v->constant->dtype())) return false;
+  for (int64_t i = 0; i < v->constant->numel(); ++i)
+    if (v->constant->element_as_double(i) != want) return false;
+  return true;
+}
+
+Pattern capture() { return {}; }
+Pattern constant(double value) { return {Pattern::Kind::kConstant, OpKind::kIdentity, value, {}}; }
+Pattern any_constant() { return {Pattern::Kind::kAnyConstant, OpKind::kIdentity, 0, {}}; }
+Pattern op(OpKind op, std::vector<Pattern> args) { return {Pattern::Kind::kOp, op, 0, std::move(args)}; }
+Pattern either(std::vector<Pattern> alternatives) {
+  return {Pattern::Kind::kEither, OpKind::kIdentity, 0, std::move(alternatives)};
+}
+
+namespace {
+
+bool match_operands(Node* n, const Pattern& p, bool swapped, Match& m);
+
+bool match_value(Value* v, const Pattern& p, bool root, Match& m) {
+  switch (p.kind) {
+    case Pattern::Kind::kCapture:
+      if (!m.x) m.x = v;
+      return m.x == v;
+    case Pattern::Kind::kConstant:
+      return is_scalar(v, p.value);
+    case Pattern::Kind::kAnyConstant:
+      if (const std::optional<double> c = scalar_constant(v)) {
+        m.constants.push_back(*c);
+        return true;
+      }
+      return false;
+    case Pattern::Kind::kEither:
+      for (const Pattern& alternative : p.args) {
+        Match attempt = m;
+        if (match_value(v, alternative, root, attempt)) {
+          m = std::move(attempt);
+          return true;
+        }
+      }
+      return false;
+    case Pattern::Kind::kOp: {
+      Node* n = producer_of(v, p.op);
+      if (!n || (!root && !used_once(v)) || n->inputs.size() != p.args.size() || n->outputs.size() != 1)
+        return false;
+      const bool commutative = (p.op == OpKind::kAdd || p.op == OpKind::kMul) && p.args.size() == 2;
+      for (bool swapped : {false, true}) {
+        if (swapped && !commutative) break;
+        Match attempt = m;
+        if (match_operands(n, p, swapped, attempt)) {
+          attempt.nodes.push_back(n);
+          m = std::move(attempt);
+          return true;
+        }
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+bool match_operands(Node* n, const Pattern& p, bool swapped, Match& m) {
+  for (size_t i = 0; i < p.args.size(); ++i) {
+    Value* in = n->inputs[swapped ? 1 - i : i];
+    if (!in || !match_value(in, p.args[i], false, m)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool match(Value* root, const Pattern& pattern, Match& m) {
+  // A node already claimed by an earlier fusion is gone: its output has no
+  // producer any more, so it cannot match again.
+  return match_value(root, pattern, true, m) && m.x;
+}
+
+void replace_match(Graph& graph, const Match& m, Value* root, OpKind op, const std::string& name,
+                   Attributes attrs, std::vector<Value*> extra) {
+  for (Node* n : m.nodes) graph.remove_node(n);
+  std::vector<Value*> inputs = {m.x};
+  inputs.insert(inputs.end(), extra.begin(), extra.end());
+  graph.add_node(op, name, std::move(inputs), {root}, std::move(attrs));
+}
+
+}  // namespace kiln

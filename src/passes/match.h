@@ -1,0 +1,63 @@
+// Matching for the fusion passes: small subgraphs recognized from their last
+// node backwards, either by hand (producer_of, used_once, ...) or against an
+// expression pattern:
+//
+//   // x * sigmoid(x), the operands of Mul in either order
+//   const Pattern silu = op(OpKind::kMul, {capture(), op(OpKind::kSigmoid, {capture()})});
+//   Match m;
+//   if (match(node_output, silu, m)) { ... m.x is x, m.nodes are the nodes to replace ... }
+//
+// Every value inside a match other than the root and the captured x must be
+// read by the match alone, so removing the matched nodes loses nothing.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln {
+
+// The node of kind `op` that produces v, or null.
+Node* producer_of(const Value* v, OpKind op);
+// Read by exactly one node and not a graph output.
+bool used_once(const Value* v);
+// The value of a one-element float constant.
+std::optional<double> scalar_constant(const Value* v);
+// A one-element float constant equal to `want` (to 1e-4 relative: exporters
+// store constants such as sqrt(2) rounded to f32).
+bool is_scalar(const Value* v, double want);
+// A float constant every element of which equals `want`.
+bool filled_with(const Value* v, double want);
+
+struct Pattern {
+  enum class Kind { kCapture, kConstant, kAnyConstant, kOp, kEither };
+  Kind kind = Kind::kCapture;
+  OpKind op = OpKind::kIdentity;
+  double value = 0;
+  std::vector<Pattern> args;  // operands of kOp; alternatives of kEither
+};
+// The one input of the whole pattern: every capture() is the same value.
+Pattern capture();
+// A scalar constant (is_scalar).
+Pattern constant(double value);
+// Any scalar float constant; its value goes to Match::constants.
+Pattern any_constant();
+// A node of `op` with these operands (Add and Mul also match swapped).
+Pattern op(OpKind op, std::vector<Pattern> args);
+// The first of the alternatives that matches.
+Pattern either(std::vector<Pattern> alternatives);
+
+struct Match {
+  Value* x = nullptr;            // the captured input
+  std::vector<Node*> nodes;      // the matched nodes
+  std::vector<double> constants; // what any_constant() matched, in match order
+};
+bool match(Value* root, const Pattern& pattern, Match& m);
+
+// Replaces the matched nodes by one node of `op` reading m.x (and `extra`
+// inputs) that writes `root`, the value the rest of the graph reads.
+void replace_match(Graph& graph, const Match& m, Value* root, OpKind op, const std::string& name,
+                   Attributes attrs, std::vector<Value*> extra = {});
+
+}  // namespace kiln

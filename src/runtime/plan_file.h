@@ -1,0 +1,65 @@
+// .kplan files: a compiled plan on disk (the offline-compile path).
+//
+// The file holds the optimized, shape-specialized graph (its constants as
+// 64-byte aligned raw data, memory-mapped on load rather than copied) and the
+// key it was compiled for. Loading re-plans the arena and re-prepares the
+// kernels, which is fast; the passes never run again.
+//
+//   layout:  "KILNPLAN" | u32 format version | u64 header bytes | header (JSON)
+//            | constant data | u64 checksum (FNV-1a 64 of everything before it)
+//
+// A file that is truncated, corrupt, of another format version, or stale
+// (another kiln version or CPU ISA) is rejected with one clear line; never a
+// crash, whatever the bytes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/plan.h"
+
+namespace kiln {
+
+inline constexpr uint32_t kPlanFormatVersion = 1;
+
+// What a plan was compiled for; a plan is reused only where all of it holds.
+struct PlanKey {
+  std::string kiln_version;
+  std::string isa;        // oneDNN's effective ISA on the compiling machine
+  std::string precision;  // "f32"
+  std::string model_path;
+  std::string model_hash;  // FNV-1a 64 of the model file, hex
+  std::string signature;   // "x:f32[2,4,32,32] ..."
+  std::map<std::string, int64_t> dims;  // the symbolic dims' sizes (to recompile)
+};
+
+// The key for `model_path` (hashing it) compiled here, now, for `signature`.
+Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
+                             std::map<std::string, int64_t> dims);
+std::string current_isa();
+std::string fnv1a64_hex(std::string_view bytes);
+
+// True when the file starts like a .kplan (whatever follows).
+bool looks_like_plan_file(const std::string& path);
+
+Status write_plan_file(const std::string& path, const Plan& plan, const PlanKey& key);
+
+struct LoadedPlan {
+  std::unique_ptr<Plan> plan;
+  PlanKey key;
+};
+// Stale files (another kiln version or ISA) are errors too: the caller may
+// recompile from the model (read_plan_key says which, when the file is whole).
+Result<LoadedPlan> read_plan_file(const std::string& path);
+Result<PlanKey> read_plan_key(const std::string& path);
+
+// Compiles the model a key names, for the key's dims.
+using Recompile = std::function<Result<std::unique_ptr<Plan>>(const PlanKey& key)>;
+// read_plan_file; when that fails but the file is whole and only stale, and
+// the model it was compiled from is still there unchanged: tells `note` why,
+// recompiles, rewrites the file and returns the new plan.
+Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path, const Recompile& recompile,
+                                             const std::function<void(const std::string&)>& note);
+
+}  // namespace kiln

@@ -1,0 +1,88 @@
+// kiln.Gelu, kiln.Silu, kiln.GroupNorm: CPU kernels against the reference,
+// the reference against hand-computed values.
+#include <cmath>
+
+#include "ir/shape_inference.h"
+#include "op_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+std::vector<double> reference_values(const OpCase& c) {
+  std::vector<double> out;
+  const Tensor t = run_reference(c)[0];
+  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t.element_as_double(i));
+  return out;
+}
+
+InputSpec exact(Shape s, std::vector<double> v) { return {DType::kF32, std::move(s), std::move(v)}; }
+
+TEST(Fused, Gelu) {
+  for (const char* form : {"none", "tanh", "sigmoid"}) {
+    check_op({std::string("small ") + form, OpKind::kGelu, attrs({{"approximate", std::string(form)}}),
+              {f32({3, 7}, -6, 6)}});
+    check_op({std::string("threaded ") + form, OpKind::kGelu, attrs({{"approximate", std::string(form)}}),
+              {f32({4, 64, 257}, -10, 10)}});
+  }
+}
+
+TEST(Fused, GeluReferenceValues) {
+  // GELU(1) = Phi(1) = 0.8413447; tanh form 0.8411920; quick GELU 1/(1+e^-1.702).
+  auto gelu = [](const char* form) {
+    return reference_values({"one", OpKind::kGelu, attrs({{"approximate", std::string(form)}}), {exact({2}, {1, 0})}});
+  };
+  EXPECT_NEAR(gelu("none")[0], 0.8413447, 1e-6);
+  EXPECT_NEAR(gelu("tanh")[0], 0.8411920, 1e-6);
+  EXPECT_NEAR(gelu("sigmoid")[0], 1 / (1 + std::exp(-1.702)), 1e-6);
+  EXPECT_EQ(gelu("none")[1], 0.0);
+}
+
+TEST(Fused, Silu) {
+  check_op({"silu", OpKind::kSilu, {}, {f32({5, 9}, -20, 20)}});
+  check_op({"alpha", OpKind::kSilu, attrs({{"alpha", 1.702f}}), {f32({2, 3, 1000}, -8, 8)}});
+  const std::vector<double> got = reference_values({"two", OpKind::kSilu, {}, {exact({2}, {2, -1})}});
+  EXPECT_NEAR(got[0], 2 / (1 + std::exp(-2.0)), 1e-6);
+  EXPECT_NEAR(got[1], -1 / (1 + std::exp(1.0)), 1e-6);
+}
+
+TEST(Fused, GroupNorm) {
+  for (OpCase c : std::vector<OpCase>{
+           {"sd resnet block", OpKind::kGroupNorm, attrs({{"num_groups", int64_t(8)}}),
+            {f32({2, 32, 6, 5}), f32({32}), f32({32})}},
+           {"silu", OpKind::kGroupNorm, attrs({{"num_groups", int64_t(4)}, {"activation", std::string("silu")}}),
+            {f32({1, 16, 9, 9}, -3, 5), f32({16}), f32({16})}},
+           {"one group per channel", OpKind::kGroupNorm, attrs({{"num_groups", int64_t(6)}, {"epsilon", 1e-6f}}),
+            {f32({3, 6, 11}), f32({6}), f32({6})}},
+           {"threaded, long rows", OpKind::kGroupNorm,
+            attrs({{"num_groups", int64_t(32)}, {"activation", std::string("silu")}}),
+            {f32({1, 64, 32, 32}, -2, 6), f32({64}), f32({64})}},
+           {"zero batch", OpKind::kGroupNorm, attrs({{"num_groups", int64_t(2)}}), {f32({0, 4, 3}), f32({4}), f32({4})}},
+       }) {
+    c.tolerance = 2e-5;
+    check_op(c);
+  }
+}
+
+TEST(Fused, GroupNormReferenceValues) {
+  // One group over channels [0, 2] and [4, 6]: mean 3, variance 5.
+  const double inv = 1 / std::sqrt(5.0);
+  const std::vector<double> got = reference_values(
+      {"two channels", OpKind::kGroupNorm, attrs({{"num_groups", int64_t(1)}, {"epsilon", 0.0f}}),
+       {exact({1, 2, 2}, {0, 2, 4, 6}), exact({2}, {1, 2}), exact({2}, {0, 1})}});
+  const std::vector<double> want = {-3 * inv, -1 * inv, 2 * inv + 1, 6 * inv + 1};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+}
+
+TEST(Fused, GroupNormRejectsBadGroups) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kF32, SymShape{Dim(1), Dim(32), Dim(4)});
+  Value* scale = g.add_input("scale", DType::kF32, SymShape{Dim(32)});
+  Value* y = g.add_value("y");
+  g.add_node(OpKind::kGroupNorm, "gn", {x, scale, scale}, {y}, attrs({{"num_groups", int64_t(7)}}));
+  g.mark_output(y);
+  Status st = graph_infer_shapes(g);
+  EXPECT_NE(st.message().find("32 channels do not split into 7 groups"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace kiln::testing
