@@ -337,7 +337,7 @@ def build_cases():
 
     # --- flags of the model-running commands
     case("run relu.onnx --mode bogus", "unknown mode 'bogus' (modes: eager, graph, auto)", "an unknown --mode")
-    case("run relu.onnx --op-times", "--reference and --op-times run the eager executor: add --mode eager",
+    case("run relu.onnx --reference", "--reference runs the eager executor: add --mode eager",
          "an eager-only flag in graph mode")
     case("bench relu.onnx --iters 0", "--iters must be at least 1, got 0", "no timed runs")
     case("bench relu.onnx --modes eager,warp", "--modes: unknown mode 'warp'", "an unknown mode in --modes")

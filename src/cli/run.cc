@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -11,6 +12,7 @@
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
 #include "cli/plan_files.h"
+#include "core/mapped_file.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -27,6 +29,8 @@ struct RunOptions {
   std::string fusion_switch;
   bool reference = false;
   bool op_times = false;
+  bool profile = false;
+  std::string profile_json, trace;
 };
 
 std::string summarize(const Tensor& t) {
@@ -67,6 +71,15 @@ void print_op_times(const EagerExecutor& exec) {
   fmt::print(stderr, "{:<24}{:>8}{:>12.3f}\n", "total", "", total * 1e3);
 }
 
+// --profile (a table on stderr, --op-times adding the per-op rows),
+// --profile-json FILE and --trace FILE.
+Status write_profile(const RunOptions& opt, const RunReport& report) {
+  if (opt.profile || opt.op_times) fmt::print(stderr, "{}", report_table(report));
+  if (!opt.profile_json.empty()) KILN_RETURN_IF_ERROR(write_file(opt.profile_json, report_json(report).dump(2) + "\n"));
+  if (!opt.trace.empty()) KILN_RETURN_IF_ERROR(write_file(opt.trace, chrome_trace(report)));
+  return ok_status();
+}
+
 // Prints each output and, with --output-dir, saves it as .npy.
 template <typename Values>  // Graph's or Plan's outputs()
 Status report_outputs(const RunOptions& opt, const Values& names, const std::vector<Tensor>& outputs) {
@@ -89,16 +102,28 @@ Status report_outputs(const RunOptions& opt, const Values& names, const std::vec
 
 // A .kplan: already compiled for one signature, so graph mode only.
 Status run_plan_file(const RunOptions& opt) {
-  if (opt.mode != "graph" || opt.reference || opt.op_times || !opt.fusion_switch.empty() || !opt.dims.empty())
+  if (opt.mode != "graph" || opt.reference || !opt.fusion_switch.empty() || !opt.dims.empty())
     return invalid_argument("{}: a .kplan runs as compiled (graph mode, fixed shapes): give the ONNX model for "
-                            "--mode, --reference, --op-times, --fusion-switch or --dim", opt.model);
+                            "--mode, --reference, --fusion-switch or --dim", opt.model);
+  RunReport report{.mode = "graph", .plan_cache_hit = true, .plan_hits = 1};  // the on-disk cache
+  auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, load_plan_file(opt.model));
+  report.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  report.signature = plan->signature();
+  report.flops = plan->stats().flops;
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(plan->graph(), opt.model, opt.inputs, {}, opt.seed));
+  start = std::chrono::steady_clock::now();
   for (const auto& [name, t] : inputs.tensors) {
     Status s = plan->bind_input(name, t.view());
     if (!s.ok()) return s.with_context(inputs.sources.count(name) ? opt.model + ": " + inputs.sources[name] : opt.model);
   }
-  if (Status s = plan->run(); !s.ok()) return s.with_context(opt.model);
+  report.bind_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  RunProfile steps;
+  start = std::chrono::steady_clock::now();
+  if (Status s = plan->run(opt.op_times || !opt.trace.empty() ? &steps : nullptr); !s.ok()) return s.with_context(opt.model);
+  report.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  report.steps = std::move(steps.steps);
+  KILN_RETURN_IF_ERROR(write_profile(opt, report));
   std::vector<Tensor> outputs;
   for (size_t i = 0; i < plan->outputs().size(); ++i) {
     const TensorView& v = plan->output(i);
@@ -113,9 +138,8 @@ Status run_model(const RunOptions& opt) {
   KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, opt.model, opt.inputs, opt.dims, opt.seed));
   std::vector<Tensor> outputs;
-  if (opt.reference || opt.op_times || mode == ExecutionMode::kEager) {
-    if (mode != ExecutionMode::kEager)
-      return invalid_argument("--reference and --op-times run the eager executor: add --mode eager");
+  if (opt.reference || (opt.op_times && mode == ExecutionMode::kEager)) {
+    if (mode != ExecutionMode::kEager) return invalid_argument("--reference runs the eager executor: add --mode eager");
     EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
     exec.set_op_timing(opt.op_times);
     if (Status s = exec.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
@@ -124,7 +148,7 @@ Status run_model(const RunOptions& opt) {
     outputs = std::move(run).value();
     if (opt.op_times) print_op_times(exec);
   } else {
-    RunnerOptions options{.mode = mode};
+    RunnerOptions options{.mode = mode, .profile_steps = opt.op_times || !opt.trace.empty()};
     if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(options.passes, pass_options_from_json(opt.fusion_switch)); }
     options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
     KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create([&] { return load_model(opt.model); }, options));
@@ -135,6 +159,7 @@ Status run_model(const RunOptions& opt) {
     auto run = runner->run(inputs.tensors);
     if (!run.ok()) return run.status().with_context(opt.model);
     outputs = std::move(run).value();
+    KILN_RETURN_IF_ERROR(write_profile(opt, runner->last_report()));
   }
   return report_outputs(opt, g.outputs(), outputs);
 }
@@ -154,6 +179,9 @@ Handler add_run_command(CLI::App& app) {
   cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
   cmd->add_flag("--reference", opt->reference, "use the reference kernels (slow; for checking)");
   cmd->add_flag("--op-times", opt->op_times, "print time per op kind (to stderr)");
+  cmd->add_flag("--profile", opt->profile, "print where the time went: compile, plan cache, bind, run, clone, GFLOP/s");
+  cmd->add_option("--profile-json", opt->profile_json, "write the profile as JSON to FILE");
+  cmd->add_option("--trace", opt->trace, "write a Chrome trace (chrome://tracing, ui.perfetto.dev) to FILE");
   return [opt]() { return run_model(*opt); };
 }
 

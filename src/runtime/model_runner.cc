@@ -57,16 +57,25 @@ Result<Plan*> ModelRunner::plan_for(const NamedTensors& inputs) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load_());
   KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = dims, .passes = options_.passes}));
   stats_.compile_ms += plan->stats().compile_ms;
+  report_.compile_ms += plan->stats().compile_ms;
   Plan* p = plan.get();
   plans_.emplace(signature, std::move(plan));
   return p;
 }
 
 Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensors& inputs) {
+  auto start = std::chrono::steady_clock::now();
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
-  KILN_RETURN_IF_ERROR(plan.run());
+  report_.bind_ms = ms_since(start);
+  start = std::chrono::steady_clock::now();
+  RunProfile profile;
+  KILN_RETURN_IF_ERROR(plan.run(options_.profile_steps ? &profile : nullptr));
+  report_.run_ms = ms_since(start);
+  report_.steps = std::move(profile.steps);
+  report_.flops = plan.stats().flops;
   std::vector<Tensor> outputs;
-  const auto start = std::chrono::steady_clock::now();
+  start = std::chrono::steady_clock::now();
+  size_t cloned = 0;
   for (size_t i = 0; i < plan.outputs().size(); ++i) {
     const TensorView& v = plan.output(i);
     if (!options_.safe_output) {
@@ -75,10 +84,13 @@ Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensor
     }
     KILN_ASSIGN_OR_RETURN(Tensor copy, Tensor::empty(v.dtype, v.shape));
     std::memcpy(copy.raw(), v.data, v.nbytes());
-    stats_.output_clone_bytes += v.nbytes();
+    cloned += v.nbytes();
     outputs.push_back(std::move(copy));
   }
-  if (options_.safe_output) stats_.output_clone_ms += ms_since(start);
+  report_.output_clone_bytes = cloned;
+  report_.output_clone_ms = options_.safe_output ? ms_since(start) : 0;
+  stats_.output_clone_bytes += cloned;
+  stats_.output_clone_ms += report_.output_clone_ms;
   return outputs;
 }
 
@@ -104,13 +116,25 @@ Result<ExecutionMode> ModelRunner::choose(const std::string& signature, const Na
 }
 
 Result<std::vector<Tensor>> ModelRunner::run(const NamedTensors& inputs) {
+  report_ = RunReport{};
+  report_.signature = signature_of(inputs);
   ExecutionMode mode = options_.mode;
   if (mode == ExecutionMode::kAuto) {
-    KILN_ASSIGN_OR_RETURN(mode, choose(signature_of(inputs), inputs));
+    KILN_ASSIGN_OR_RETURN(mode, choose(report_.signature, inputs));
   }
   last_mode_ = mode;
-  if (mode == ExecutionMode::kEager) return eager_.run(inputs);
+  report_.mode = execution_mode_name(mode);
+  if (mode == ExecutionMode::kEager) {
+    const auto start = std::chrono::steady_clock::now();
+    auto outputs = eager_.run(inputs);
+    report_.run_ms = ms_since(start);
+    return outputs;
+  }
+  const int64_t misses = stats_.plan_misses;
   KILN_ASSIGN_OR_RETURN(Plan * plan, plan_for(inputs));
+  report_.plan_cache_hit = stats_.plan_misses == misses && report_.compile_ms == 0;
+  report_.plan_hits = stats_.plan_hits;
+  report_.plan_misses = stats_.plan_misses;
   return run_graph(*plan, inputs);
 }
 

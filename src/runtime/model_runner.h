@@ -21,6 +21,7 @@
 
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 
 namespace kiln {
 
@@ -37,6 +38,7 @@ struct RunnerOptions {
   ExecutionMode mode = ExecutionMode::kGraph;
   PassOptions passes;
   bool safe_output = false;                   // clone graph-mode outputs
+  bool profile_steps = false;                 // time every graph-mode step (last_report().steps)
   std::function<void(const std::string&)> log;  // decisions worth telling the user
 };
 
@@ -60,6 +62,8 @@ class ModelRunner {
 
   // The mode the last run used (auto resolves to eager or graph).
   ExecutionMode last_mode() const { return last_mode_; }
+  // Where the last run's time went.
+  const RunReport& last_report() const { return report_; }
   const RunnerStats& stats() const { return stats_; }
   // The plan for a signature, compiling it on a miss.
   Result<Plan*> plan_for(const NamedTensors& inputs);
@@ -77,6 +81,7 @@ class ModelRunner {
   std::map<std::string, ExecutionMode> chosen_;  // auto's decision per signature
   ExecutionMode last_mode_ = ExecutionMode::kEager;
   RunnerStats stats_;
+  RunReport report_;
 };
 
 }  // namespace kiln

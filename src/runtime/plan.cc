@@ -8,6 +8,7 @@
 #include "core/heap_probe.h"
 #include "kernels/cpu/cpu_context.h"
 #include "memory/memory_plan.h"
+#include "runtime/profile.h"
 
 namespace kiln {
 
@@ -216,6 +217,7 @@ Status Plan::build(const PlanOptions& options) {
   }
   stats_.steps = int64_t(steps_.size());
   stats_.nodes = int64_t(nodes.size());
+  for (const auto& n : nodes) stats_.flops += node_flops(*n);
 
   std::vector<size_t> scratch_bytes(steps_.size(), 0);
   KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
@@ -353,6 +355,8 @@ Status Plan::run(RunProfile* profile) {
   if (profile) {
     profile->steps.resize(steps_.size());
     const HeapAllocationCount heap = heap_allocation_count();
+    const auto run_start = std::chrono::steady_clock::now();
+    auto ms = [](auto from, auto to) { return std::chrono::duration<double, std::milli>(to - from).count(); };
     for (size_t s = 0; s < steps_.size(); ++s) {
       Step& step = steps_[s];
       workspace_->reset(arena_ + step.scratch_offset, step.scratch_bytes);
@@ -361,8 +365,7 @@ Status Plan::run(RunProfile* profile) {
       Status status = step.fn(step.ctx);
       const auto end = std::chrono::steady_clock::now();
       if (!status.ok()) return status;
-      profile->steps[s] = {step.ctx.node, std::chrono::duration<double, std::milli>(end - start).count(),
-                           heap ? heap() - allocations : -1};
+      profile->steps[s] = {step.ctx.node, ms(run_start, start), ms(start, end), heap ? heap() - allocations : -1};
     }
   } else {
     for (Step& step : steps_) {

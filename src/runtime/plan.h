@@ -43,6 +43,7 @@ struct PlanStats {
   size_t packed_weight_bytes = 0;  // constant weights re-laid out for the kernels
   int64_t steps = 0;             // kernel calls per run (view ops cost none)
   int64_t nodes = 0;             // nodes after the passes
+  int64_t flops = 0;             // per run: matmul, convolution and attention multiply-adds x 2
   double compile_ms = 0;
 };
 
@@ -57,6 +58,7 @@ Result<std::map<std::string, int64_t>> input_dims(
 // Where one run's time went, step by step (Plan::run with a profile).
 struct StepProfile {
   const Node* node = nullptr;
+  double start_ms = 0;  // since the run began
   double ms = 0;
   int64_t heap_allocations = -1;  // -1: the program has no allocation counter
 };

@@ -36,6 +36,13 @@ InputSpec mask_where(int64_t rows, int64_t cols, bool (*masked)(int64_t, int64_t
   return {DType::kF32, {rows, cols}, std::move(v)};
 }
 
+// `period` mask values, 0 but for +inf at `at`.
+std::vector<double> plus_inf_at(size_t at, size_t period) {
+  std::vector<double> v(period, 0.0);
+  v[at] = INFINITY;
+  return v;
+}
+
 TEST(Attention, MatchesReference) {
   const OpKind op = OpKind::kAttention;
   for (const OpCase& c : std::vector<OpCase>{
@@ -68,6 +75,9 @@ TEST(Attention, MatchesReference) {
            {"fully masked rows give NaN", op, scale_only(0.5f),
             {f32({2, 5, 8}), f32({2, 8, 70}), f32({2, 70, 8}),
              mask_where(5, 70, [](int64_t i, int64_t) { return i % 2 == 1; })}},
+           {"NaN or +inf scores give NaN rows", op, scale_only(0.5f),
+            {{DType::kF32, {1, 6, 4}, std::vector<double>{1, -0.5, NAN, 2, 0.25, -1, 0.5}}, f32({1, 4, 9}), f32({1, 9, 3}),
+             {DType::kF32, {6, 9}, plus_inf_at(22, 23)}}},
            {"no keys", op, bshd(0.25f), {f32({1, 5, 2, 8}), f32({1, 0, 2, 8}), f32({1, 0, 2, 8})}},
            {"no queries", op, bshd(0.25f), {f32({1, 0, 2, 8}), f32({1, 6, 2, 8}), f32({1, 6, 2, 8})}},
            {"threaded", op, bshd(0.125f), {f32({1, 512, 2, 64}), f32({1, 512, 2, 64}), f32({1, 512, 2, 64})}},

@@ -43,8 +43,6 @@ static_assert(kRows <= kMaxRows, "scratch_floats sizes tiles for kMaxRows rows")
 constexpr int kTileCols = HWY_TARGET <= HWY_AVX3 ? 8 : 4;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-HWY_INLINE V MaxNaN(V a, V b) { return hn::IfThenElse(hn::Or(hn::Lt(a, b), hn::IsNaN(b)), b, a); }
-
 // c[j] = (kAccumulate ? c[j] : 0) + sum over t < n of a[t] * b[t * b_step + j * b_col]
 // for j < kCols, each a[t] and c[j] a column of kRows floats.
 template <int kCols, bool kAccumulate>
@@ -105,8 +103,16 @@ void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) 
   const D d;
   for (int h = 0; h < 2; ++h) {
     float* s = st + h * kLanes;
+    // A NaN score makes the row's max NaN (Max alone may drop it), which
+    // WriteRows turns into a NaN row. The flag keeps Max's latency chain short.
     V max = run.max[h];
-    for (int64_t j = 0; j < keys; ++j) max = MaxNaN(max, hn::Load(d, s + j * kRows));
+    auto nan = hn::IsNaN(max);
+    for (int64_t j = 0; j < keys; ++j) {
+      const V x = hn::Load(d, s + j * kRows);
+      max = hn::Max(max, x);
+      nan = hn::Or(nan, hn::IsNaN(x));
+    }
+    max = hn::IfThenElse(nan, hn::Set(d, std::numeric_limits<float>::quiet_NaN()), max);
     // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
     const V shift = hn::IfThenZeroElse(hn::Eq(max, hn::Set(d, -kInf)), max);
     const V alpha = hn::Exp(d, hn::Sub(run.max[h], shift));

@@ -1,0 +1,97 @@
+// Execution modes, the plan cache and the run report (what --profile shows).
+#include "runtime/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+namespace {
+
+// y = (x @ w) * 2 with x [batch, 16], w [16, 8].
+Result<Graph> small_model() {
+  Graph g;
+  Value* x = g.add_input("x", DType::kF32, SymShape{Dim::named("batch"), Dim(16)});
+  Value* w = g.add_constant("w", *Tensor::from_vector<float>({16, 8}, std::vector<float>(128, 0.5f)));
+  Value* two = g.add_constant("two", *Tensor::from_vector<float>({}, {2.0f}));
+  Value* mm = g.add_value("mm");
+  Value* y = g.add_value("y");
+  g.add_node(OpKind::kMatMul, "mm", {x, w}, {mm});
+  g.add_node(OpKind::kMul, "mul", {mm, two}, {y});
+  g.mark_output(y);
+  KILN_RETURN_IF_ERROR(graph_infer_shapes(g));
+  return g;
+}
+
+Tensor ones(int64_t batch) { return *Tensor::from_vector<float>({batch, 16}, std::vector<float>(size_t(batch) * 16, 1.0f)); }
+
+TEST(ModelRunner, GraphModeCachesOnePlanPerSignature) {
+  auto runner = ModelRunner::create(small_model, {.mode = ExecutionMode::kGraph});
+  ASSERT_TRUE(runner.ok());
+  for (int64_t batch : {3, 3, 5, 3}) {
+    auto out = (*runner)->run({{"x", ones(batch)}});
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ((*out)[0].shape(), (Shape{batch, 8}));
+    EXPECT_EQ((*out)[0].data<float>()[0], 16.0f);  // 16 x 0.5 x 2
+  }
+  EXPECT_EQ((*runner)->stats().plan_misses, 2);  // batch 3, batch 5
+  EXPECT_EQ((*runner)->stats().plan_hits, 2);
+  const RunReport& r = (*runner)->last_report();
+  EXPECT_TRUE(r.plan_cache_hit);
+  EXPECT_EQ(r.compile_ms, 0);
+  EXPECT_EQ(r.mode, "graph");
+  EXPECT_EQ(r.signature, "x:f32[3,16]");
+  EXPECT_EQ(r.flops, 2 * 3 * 8 * 16);
+  EXPECT_EQ(r.input_copy_bytes, 0u);
+  EXPECT_EQ(r.output_clone_bytes, 0u);
+}
+
+TEST(ModelRunner, SafeOutputClonesAndCountsTheBytes) {
+  auto runner = ModelRunner::create(small_model, {.mode = ExecutionMode::kGraph, .safe_output = true});
+  ASSERT_TRUE(runner.ok());
+  auto first = (*runner)->run({{"x", ones(2)}});
+  ASSERT_TRUE(first.ok());
+  auto second = (*runner)->run({{"x", ones(2)}});
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE((*first)[0].raw(), (*second)[0].raw());  // copies, not views of the arena
+  EXPECT_EQ((*runner)->last_report().output_clone_bytes, 2u * 8 * 4);
+  EXPECT_EQ((*runner)->stats().output_clone_bytes, 2u * 2 * 8 * 4);
+}
+
+TEST(ModelRunner, AutoTimesBothModesOnceAndSaysWhich) {
+  std::vector<std::string> log;
+  auto runner = ModelRunner::create(
+      small_model, {.mode = ExecutionMode::kAuto, .log = [&](const std::string& line) { log.push_back(line); }});
+  ASSERT_TRUE(runner.ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*runner)->run({{"x", ones(4)}}).ok());
+  ASSERT_EQ(log.size(), 1u);  // decided once per signature
+  EXPECT_NE(log[0].find("graph"), std::string::npos);
+  EXPECT_NE(log[0].find("eager"), std::string::npos);
+  EXPECT_NE(log[0].find("x:f32[4,16]"), std::string::npos);
+  EXPECT_NE((*runner)->last_mode(), ExecutionMode::kAuto);
+}
+
+TEST(ModelRunner, ReportFormats) {
+  auto runner = ModelRunner::create(small_model, {.mode = ExecutionMode::kGraph, .profile_steps = true});
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE((*runner)->run({{"x", ones(2)}}).ok());
+  const RunReport& r = (*runner)->last_report();
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_NE(report_table(r).find("MatMul"), std::string::npos);
+  EXPECT_EQ(report_json(r)["ops"]["Mul"]["calls"], 1);
+  auto trace = nlohmann::json::parse(chrome_trace(r));
+  int steps = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    steps += e["cat"] == "step";
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+TEST(ModelRunner, ParsesModes) {
+  EXPECT_EQ(*parse_execution_mode("auto"), ExecutionMode::kAuto);
+  EXPECT_EQ(parse_execution_mode("fast").status().message(), "unknown mode 'fast' (modes: eager, graph, auto)");
+}
+
+}  // namespace
+}  // namespace kiln
