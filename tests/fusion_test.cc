@@ -245,6 +245,25 @@ TEST(Fusion, AttentionWithHeadSplitAndMerge) {
   }
 }
 
+TEST(Fusion, LinearWithActivationAndResidual) {
+  auto build = [](Builder& b, bool residual) {
+    Value* x = b.input("x", {2, 5, 12});
+    std::vector<float> w(12 * 7), bias(7);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 11) - 5) * 0.1f;
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.3f * float(i) - 1;
+    Value* y = b.node(OpKind::kAdd, {b.constant({7}, bias), b.node(OpKind::kMatMul, {x, b.constant({12, 7}, w)})});
+    Attributes tanh;
+    tanh.set("approximate", std::string("tanh"));
+    y = b.node(OpKind::kGelu, {y}, tanh);
+    if (residual) y = b.node(OpKind::kAdd, {b.input("r", {2, 5, 7}), y});
+    b.g.mark_output(y);
+  };
+  for (bool residual : {false, true}) {
+    auto counts = fuse_and_compare([&](Builder& b) { build(b, residual); }, "fuse_linear", 1);
+    EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kLinear, 1}})) << residual;
+  }
+}
+
 // Every LayerNorm, GELU, SiLU, GroupNorm and attention pattern in the
 // reference models is fused, and none of their pieces is left behind.
 TEST(Fusion, ExactCountsOnTheReferenceModels) {
@@ -255,21 +274,24 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
   const std::map<std::string, Expected> models = {
       {"text_encoder",  // 2 layers: QuickGELU MLPs, causal attention; 2 x 2 + final LayerNorm
        {{{"batch", 2}, {"sequence", 16}},
-        {{"fuse_layer_norm", 5}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0}}}},
+        {{"fuse_layer_norm", 5}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
+         {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_residual", 4}}}},
       {"dit",  // 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the timestep/adaLN MLPs
        {{{"batch", 2}},
-        {{"fuse_layer_norm", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0}}}},
+        {{"fuse_layer_norm", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
+         {"fuse_linear", 25}, {"fuse_linear_activation", 4}}}},
       {"dit_tiny",
        {{{"batch", 2}},
-        {{"fuse_layer_norm", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0}}}},
+        {{"fuse_layer_norm", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
+         {"fuse_linear", 37}, {"fuse_linear_activation", 6}}}},
       {"unet",  // 7 transformer blocks (self + cross attention, GEGLU); 24 GroupNorms, 17 followed by SiLU
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},
         {{"fuse_layer_norm", 21}, {"fuse_gelu", 7}, {"fuse_attention", 14}, {"fuse_silu", 19},
-         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}}}},
+         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_residual", 21}}}},
       {"vae_decoder",  // 14 GroupNorms, 13 followed by SiLU; one mid-block attention
        {{{"batch", 1}, {"height", 8}, {"width", 8}},
         {{"fuse_layer_norm", 0}, {"fuse_gelu", 0}, {"fuse_attention", 1}, {"fuse_silu", 13},
-         {"fuse_group_norm", 14}, {"fuse_group_norm_with_silu", 13}}}},
+         {"fuse_group_norm", 14}, {"fuse_group_norm_with_silu", 13}, {"fuse_linear", 4}}}},
   };
   const std::set<OpKind> pieces = {OpKind::kReduceMean, OpKind::kErf, OpKind::kTanh, OpKind::kSigmoid,
                                    OpKind::kSoftmax, OpKind::kInstanceNormalization};

@@ -88,9 +88,7 @@ TEST_P(ReferenceModel, GraphMatchesPyTorchAndReplayAllocatesNothing) {
   if (HeapCounter::available()) {
     int64_t in_onednn = 0;
     for (const StepProfile& step : profile.steps) {
-      const OpKind op = step.node->op;
-      if (op == OpKind::kMatMul || op == OpKind::kGemm || op == OpKind::kConv || op == OpKind::kConvTranspose ||
-          op == OpKind::kEinsum)
+      if (cpu_kernel_uses_onednn(step.node->op))
         in_onednn += step.heap_allocations;
       else
         EXPECT_EQ(step.heap_allocations, 0) << node_label(*step.node);

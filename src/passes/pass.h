@@ -49,6 +49,9 @@ Status fuse_group_norm(Graph& graph, PassStats* stats);
 // MatMul(Q, Kt), scale, optional mask, Softmax, MatMul(P, V) and the
 // Transposes around them -> kiln.Attention.
 Status fuse_attention(Graph& graph, PassStats* stats);
+// MatMul by a constant weight, bias Add, optional activation and residual
+// Add -> kiln.Linear (one oneDNN matmul with post-ops).
+Status fuse_linear(Graph& graph, PassStats* stats);
 
 // Not a pipeline pass, since it takes the signature: fixes symbolic input
 // dims to concrete sizes and re-infers every shape, so later passes can fold

@@ -16,6 +16,7 @@ constexpr PassInfo kPipeline[] = {
     {"fuse_silu", fuse_silu},  // after fuse_gelu, which claims x sigmoid(1.702 x)
     {"fuse_group_norm", fuse_group_norm},  // after fuse_silu, whose SiLUs it absorbs
     {"fuse_attention", fuse_attention},
+    {"fuse_linear", fuse_linear},  // after the activation fusions, whose ops it absorbs
     {"eliminate_dead_code", eliminate_dead_code},
 };
 }  // namespace

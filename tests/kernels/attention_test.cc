@@ -242,11 +242,11 @@ TEST(Attention, RejectsInvalidNodes) {
   short_perm.set("out_perm", Ints{0, 2, 1});
   expect_error(infer(short_perm, {x, x, x}), "out_perm [0,2,1] is not a permutation of 0..3");
   const SymShape k16{Dim(2), Dim(16), Dim(4), Dim(16)};
-  expect_error(infer(bshd(0.1f), {x, k16, x}), "head dims (D) of Q and K differ: 32 vs 16");
+  expect_error(infer(bshd(0.1f), {x, k16, x}), "Q and K disagree on the head dim (D): 32 vs 16");
   const SymShape v_short{Dim(2), Dim(15), Dim(4), Dim(32)};
-  expect_error(infer(bshd(0.1f), {x, x, v_short}), "key counts (Sk) of K and V differ: 16 vs 15");
+  expect_error(infer(bshd(0.1f), {x, x, v_short}), "K and V disagree on the key count (Sk): 16 vs 15");
   const SymShape k_heads{Dim(2), Dim(16), Dim(8), Dim(32)};
-  expect_error(infer(bshd(0.1f), {x, k_heads, k_heads}), "batch dims 1 of Q and K differ: 4 vs 8");
+  expect_error(infer(bshd(0.1f), {x, k_heads, k_heads}), "Q and K disagree on batch dim 1: 4 vs 8");
   expect_error(infer(bshd(0.1f), {x, x, x, SymShape{Dim(3), Dim(16)}}),
                "Mask shape [3,16] does not broadcast to the scores' shape [2,4,16,16]");
   const SymShape r2{Dim(16), Dim(32)};

@@ -84,5 +84,16 @@ TEST(Fused, GroupNormRejectsBadGroups) {
   EXPECT_NE(st.message().find("32 channels do not split into 7 groups"), std::string::npos) << st.message();
 }
 
+TEST(Fused, Linear) {
+  for (const char* act : {"none", "gelu", "gelu_tanh", "swish", "relu"}) {
+    check_op({std::string("bias ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}, {"alpha", 1.702f}}),
+              {f32({2, 9, 33}), f32({33, 20}), f32({20})}});
+    check_op({std::string("residual ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}}),
+              {f32({4, 64}), f32({64, 48}), f32({48}), f32({4, 48})}});
+  }
+  check_op({"large, threaded", OpKind::kLinear, attrs({{"activation", std::string("gelu")}}),
+            {f32({2, 128, 256}), f32({256, 192}), f32({192}), f32({2, 128, 192})}, 1, 1e-4});
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -66,14 +66,33 @@ SymShape transposed(const SymShape& in, const std::vector<int64_t>& perm) {
   return out;
 }
 
-Status check_same(const InferContext& ctx, const Dim& a, const Dim& b, std::string_view what) {
+Status check_same(const InferContext& ctx, size_t x, size_t y, const Dim& a, const Dim& b, std::string_view what) {
   if (a.known() && b.known() && a.value != b.value)
-    return ctx.error("{} differ: {} vs {}", what, a.value, b.value);
+    return ctx.error("{} and {} disagree on {}: {} vs {}", kOperands[x].name, kOperands[y].name, what, a.value,
+                     b.value);
   return ok_status();
 }
 
 // The better-known of two dims that must be equal.
 Dim either(const Dim& a, const Dim& b) { return a.known() || (!b.known() && !a.symbol.empty()) ? a : b; }
+
+// The scores' shape [batch..., Sq, Sk], once Qh, Kt and Vh agree on the
+// batch dims, D and Sk.
+Result<SymShape> scores_shape(const InferContext& ctx, const std::array<SymShape, 3>& logical) {
+  const auto& [qh, kt, vh] = logical;
+  const size_t r = qh.size();
+  SymShape scores;
+  for (size_t b = 0; b + 2 < r; ++b) {
+    for (auto [x, y] : {std::pair<size_t, size_t>{0, 1}, {0, 2}, {1, 2}})
+      KILN_RETURN_IF_ERROR(check_same(ctx, x, y, logical[x][b], logical[y][b], fmt::format("batch dim {}", b)));
+    scores.push_back(either(either(qh[b], kt[b]), vh[b]));
+  }
+  KILN_RETURN_IF_ERROR(check_same(ctx, 0, 1, qh[r - 1], kt[r - 2], "the head dim (D)"));
+  KILN_RETURN_IF_ERROR(check_same(ctx, 1, 2, kt[r - 1], vh[r - 2], "the key count (Sk)"));
+  scores.push_back(qh[r - 2]);
+  scores.push_back(either(kt[r - 1], vh[r - 2]));
+  return scores;
+}
 
 Status check_mask(const InferContext& ctx, const SymShape& scores) {
   const auto& mask = ctx.input(kMaskInput).shape;
@@ -112,24 +131,9 @@ Status infer_Attention(InferContext& ctx) {
     logical[i] = transposed(ctx.input(i).shape.value_or(unknown_shape(int64_t(r))), perm);
   }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_perm, read_perm(ctx, "out_perm", r));
-  const auto& [qh, kt, vh] = logical;
-  SymShape out(qh.begin(), qh.end() - 2);  // the batch dims
-  for (size_t b = 0; b + 2 < r; ++b) {
-    KILN_RETURN_IF_ERROR(check_same(ctx, qh[b], kt[b], fmt::format("batch dims {} of Q and K", b)));
-    KILN_RETURN_IF_ERROR(check_same(ctx, qh[b], vh[b], fmt::format("batch dims {} of Q and V", b)));
-    KILN_RETURN_IF_ERROR(check_same(ctx, kt[b], vh[b], fmt::format("batch dims {} of K and V", b)));
-    out[b] = either(either(qh[b], kt[b]), vh[b]);
-  }
-  KILN_RETURN_IF_ERROR(check_same(ctx, qh[r - 1], kt[r - 2], "head dims (D) of Q and K"));
-  KILN_RETURN_IF_ERROR(check_same(ctx, kt[r - 1], vh[r - 2], "key counts (Sk) of K and V"));
-  if (ctx.has_input(kMaskInput)) {
-    SymShape scores = out;
-    scores.push_back(qh[r - 2]);
-    scores.push_back(either(kt[r - 1], vh[r - 2]));
-    KILN_RETURN_IF_ERROR(check_mask(ctx, scores));
-  }
-  out.push_back(qh[r - 2]);
-  out.push_back(vh[r - 1]);
+  KILN_ASSIGN_OR_RETURN(SymShape out, scores_shape(ctx, logical));
+  if (ctx.has_input(kMaskInput)) KILN_RETURN_IF_ERROR(check_mask(ctx, out));
+  out.back() = logical[2][r - 1];  // [batch..., Sq, Dv]
   set_output(ctx, 0, DType::kF32, transposed(out, out_perm));
   return ok_status();
 }

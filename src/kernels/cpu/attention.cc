@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/parallel.h"

@@ -96,6 +96,20 @@ struct Running {
   V max[2], sum[2];
 };
 
+// The larger of `max` and the block's scores, per row; NaN where any is NaN
+// (Max alone may drop it), which WriteRows turns into a NaN row. A separate
+// NaN flag keeps Max's latency chain, the loop's bottleneck, short.
+HWY_INLINE V BlockMax(const float* s, int64_t keys, V max) {
+  const D d;
+  auto nan = hn::IsNaN(max);
+  for (int64_t j = 0; j < keys; ++j) {
+    const V x = hn::Load(d, s + j * kRows);
+    max = hn::Max(max, x);
+    nan = hn::Or(nan, hn::IsNaN(x));
+  }
+  return hn::IfThenElse(nan, hn::Set(d, std::numeric_limits<float>::quiet_NaN()), max);
+}
+
 // Raises the running max over a block of scores, turns the scores into
 // exp(score - max), and rescales the sum and the accumulator ot (dv columns)
 // to the new max.
@@ -103,16 +117,7 @@ void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) 
   const D d;
   for (int h = 0; h < 2; ++h) {
     float* s = st + h * kLanes;
-    // A NaN score makes the row's max NaN (Max alone may drop it), which
-    // WriteRows turns into a NaN row. The flag keeps Max's latency chain short.
-    V max = run.max[h];
-    auto nan = hn::IsNaN(max);
-    for (int64_t j = 0; j < keys; ++j) {
-      const V x = hn::Load(d, s + j * kRows);
-      max = hn::Max(max, x);
-      nan = hn::Or(nan, hn::IsNaN(x));
-    }
-    max = hn::IfThenElse(nan, hn::Set(d, std::numeric_limits<float>::quiet_NaN()), max);
+    const V max = BlockMax(s, keys, run.max[h]);
     // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
     const V shift = hn::IfThenZeroElse(hn::Eq(max, hn::Set(d, -kInf)), max);
     const V alpha = hn::Exp(d, hn::Sub(run.max[h], shift));

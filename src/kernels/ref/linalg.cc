@@ -1,6 +1,7 @@
 // Reference kernels for the linalg ops (see kernels/kernel.h): plain loops,
 // one output element at a time, accumulating in double. Test oracles only.
 #include <algorithm>
+#include <cmath>
 
 #include "ir/infer/linalg.h"
 #include "kernels/kernel.h"
@@ -200,6 +201,33 @@ Status ref_Einsum(KernelContext& ctx) {
     }
     return ok_status();
   });
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+// kiln.Linear: each row of Y = act(row of A x W + bias) + residual, in double.
+Status ref_Linear(KernelContext& ctx) {
+  const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
+  const TensorView *bias = ctx.input(2), *residual = ctx.input(3);
+  TensorView& y = *ctx.output(0);
+  if (a.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(a.dtype));
+  const std::string act = ctx.attrs().get_string("activation", "none");
+  const double alpha = ctx.attrs().get_float("alpha", 1.0f);
+  const int64_t k = w.shape[0], n = w.shape[1], rows = k ? a.numel() / k : y.numel() / std::max<int64_t>(n, 1);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double v = bias ? bias->as<float>()[j] : 0.0;
+      for (int64_t p = 0; p < k; ++p) v += double(a.as<float>()[i * k + p]) * w.as<float>()[p * n + j];
+      if (act == "gelu") v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      else if (act == "gelu_tanh") v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      else if (act == "swish") v = v / (1 + std::exp(-alpha * v));
+      else if (act == "relu") v = std::max(v, 0.0);
+      if (residual) v += residual->as<float>()[i * n + j];
+      y.as<float>()[i * n + j] = float(v);
+    }
+  return ok_status();
 }
 
 }  // namespace kiln
