@@ -245,6 +245,22 @@ TEST(Fusion, AttentionWithHeadSplitAndMerge) {
   }
 }
 
+TEST(Fusion, AdaLayerNorm) {
+  auto counts = fuse_and_compare(
+      [](Builder& b) {
+        Value* x = b.input("x", {2, 7, 16});
+        Attributes eps;
+        eps.set("epsilon", 1e-6f);
+        Value* n = b.node(OpKind::kLayerNormalization,
+                          {x, b.constant({16}, std::vector<float>(16, 1.0f)), b.constant({16}, std::vector<float>(16, 0.0f))},
+                          eps);
+        Value* scale = b.node(OpKind::kAdd, {b.input("scale", {2, 1, 16}), b.scalar(1.0f)});
+        b.g.mark_output(b.node(OpKind::kAdd, {b.node(OpKind::kMul, {n, scale}), b.input("shift", {2, 1, 16})}));
+      },
+      "fuse_adaln", 1);
+  EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kModulatedLayerNorm, 1}, {OpKind::kAdd, 1}}));
+}
+
 TEST(Fusion, LinearWithActivationAndResidual) {
   auto build = [](Builder& b, bool residual) {
     Value* x = b.input("x", {2, 5, 12});
@@ -274,15 +290,15 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
   const std::map<std::string, Expected> models = {
       {"text_encoder",  // 2 layers: QuickGELU MLPs, causal attention; 2 x 2 + final LayerNorm
        {{{"batch", 2}, {"sequence", 16}},
-        {{"fuse_layer_norm", 5}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
+        {{"fuse_layer_norm", 5}, {"fuse_adaln", 0}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
          {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_residual", 4}}}},
       {"dit",  // 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the timestep/adaLN MLPs
        {{{"batch", 2}},
-        {{"fuse_layer_norm", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
+        {{"fuse_layer_norm", 9}, {"fuse_adaln", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
          {"fuse_linear", 25}, {"fuse_linear_activation", 4}}}},
       {"dit_tiny",
        {{{"batch", 2}},
-        {{"fuse_layer_norm", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
+        {{"fuse_layer_norm", 13}, {"fuse_adaln", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
          {"fuse_linear", 37}, {"fuse_linear_activation", 6}}}},
       {"unet",  // 7 transformer blocks (self + cross attention, GEGLU); 24 GroupNorms, 17 followed by SiLU
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},

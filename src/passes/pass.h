@@ -39,6 +39,9 @@ Status eliminate_common_subexpressions(Graph& graph, PassStats* stats);
 // LayerNorm decomposed by the exporter (ReduceMean, Sub, Pow, ReduceMean,
 // Add, Sqrt, Div, optional Mul/Add affine) -> one LayerNormalization.
 Status fuse_layer_norm(Graph& graph, PassStats* stats);
+// LayerNorm without affine, then x * m + shift with per-sample [B, 1, C]
+// m and shift (DiT's adaLN) -> kiln.ModulatedLayerNorm.
+Status fuse_adaln(Graph& graph, PassStats* stats);
 // GELU in its exact (erf), tanh and sigmoid (QuickGELU) forms -> kiln.Gelu.
 Status fuse_gelu(Graph& graph, PassStats* stats);
 // x sigmoid(x) and x sigmoid(a x) -> kiln.Silu.

@@ -12,6 +12,7 @@ constexpr PassInfo kPipeline[] = {
     {"eliminate_common_subexpressions", eliminate_common_subexpressions},
     {"fold_constants_after_cse", fold_constants},
     {"fuse_layer_norm", fuse_layer_norm},
+    {"fuse_adaln", fuse_adaln},  // after fuse_layer_norm, whose LayerNorms it extends
     {"fuse_gelu", fuse_gelu},
     {"fuse_silu", fuse_silu},  // after fuse_gelu, which claims x sigmoid(1.702 x)
     {"fuse_group_norm", fuse_group_norm},  // after fuse_silu, whose SiLUs it absorbs

@@ -84,6 +84,13 @@ TEST(Fused, GroupNormRejectsBadGroups) {
   EXPECT_NE(st.message().find("32 channels do not split into 7 groups"), std::string::npos) << st.message();
 }
 
+TEST(Fused, ModulatedLayerNorm) {
+  check_op({"per sample", OpKind::kModulatedLayerNorm, attrs({{"epsilon", 1e-6f}}),
+            {f32({2, 9, 40}), f32({2, 1, 40}), f32({2, 1, 40})}});
+  check_op({"shared", OpKind::kModulatedLayerNorm, {}, {f32({3, 4, 8}), f32({8}), f32({3, 1, 8})}});
+  check_op({"threaded", OpKind::kModulatedLayerNorm, {}, {f32({2, 256, 384}), f32({2, 1, 384}), f32({2, 1, 384})}});
+}
+
 TEST(Fused, Linear) {
   for (const char* act : {"none", "gelu", "gelu_tanh", "swish", "relu"}) {
     check_op({std::string("bias ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}, {"alpha", 1.702f}}),

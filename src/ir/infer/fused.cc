@@ -49,4 +49,24 @@ Status infer_GroupNorm(InferContext& ctx) {
   return ok_status();
 }
 
+// X [B, S, C]; Scale and Shift [B, 1, C] (one row per sample) or [C].
+Status infer_ModulatedLayerNorm(InferContext& ctx) {
+  for (size_t i : {0, 1, 2}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  const auto& x = ctx.input(0).shape;
+  if (x) {
+    if (x->size() != 3) return ctx.error("X must be [B, S, C], got {}", sym_shape_to_string(*x));
+    for (size_t i : {1, 2}) {
+      const auto& m = ctx.input(i).shape;
+      if (!m) continue;
+      const bool per_sample = m->size() == 3 && (*m)[0] == (*x)[0] && (*m)[1] == Dim(1) && (*m)[2] == (*x)[2];
+      const bool shared = m->size() == 1 && (*m)[0] == (*x)[2];
+      if (!per_sample && !shared)
+        return ctx.error("input {} must be [B, 1, C] or [C] for X {}, got {}", i, sym_shape_to_string(*x),
+                         sym_shape_to_string(*m));
+    }
+  }
+  set_output(ctx, 0, DType::kF32, x);
+  return ok_status();
+}
+
 }  // namespace kiln

@@ -7,6 +7,8 @@
 namespace kiln {
 
 namespace reduction_simd {  // defined in reduction_simd.cc
+void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float eps, const float* scale,
+                     const float* bias, float* mean, float* inv_std);
 void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
                      int64_t num_channels, float eps, const float* scale, const float* bias, bool silu);
 }
@@ -48,6 +50,22 @@ Status cpu_GroupNorm(KernelContext& ctx) {
                                   x.numel() / (batch * channels), channels, ctx.attrs().get_float("epsilon", 1e-5f),
                                   ctx.input(1)->as<float>(), ctx.input(2)->as<float>(),
                                   ctx.attrs().get_string("activation", "none") == "silu");
+  return ok_status();
+}
+
+// Each sample's rows are a LayerNorm whose affine is that sample's
+// modulation: one pass, where the unfused graph wrote the norm, the product
+// and the sum.
+Status cpu_ModulatedLayerNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t samples = x.shape[0], rows = x.shape[1], c = x.shape[2];
+  const TensorView &scale = *ctx.input(1), &shift = *ctx.input(2);
+  const float eps = ctx.attrs().get_float("epsilon", 1e-5f);
+  for (int64_t b = 0; b < samples; ++b)
+    reduction_simd::layer_norm_rows(x.as<float>() + b * rows * c, ctx.output(0)->as<float>() + b * rows * c, rows, c,
+                                    eps, scale.as<float>() + (scale.numel() == c ? 0 : b * c),
+                                    shift.as<float>() + (shift.numel() == c ? 0 : b * c), nullptr, nullptr);
   return ok_status();
 }
 

@@ -65,4 +65,26 @@ Status ref_GroupNorm(KernelContext& ctx) {
   return ok_status();
 }
 
+Status ref_ModulatedLayerNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const double eps = ctx.attrs().get_float("epsilon", 1e-5f);
+  const int64_t samples = x.shape[0], rows = x.shape[1], c = x.shape[2];
+  const TensorView &scale = *ctx.input(1), &shift = *ctx.input(2);
+  for (int64_t b = 0; b < samples; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = x.as<float>() + (b * rows + r) * c;
+      float* out = ctx.output(0)->as<float>() + (b * rows + r) * c;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < c; ++j) mean += in[j];
+      mean /= double(c);
+      for (int64_t j = 0; j < c; ++j) var += (in[j] - mean) * (in[j] - mean);
+      const double inv_std = 1 / std::sqrt(var / double(c) + eps);
+      const float* m = scale.as<float>() + (scale.numel() == c ? 0 : b * c);
+      const float* s = shift.as<float>() + (shift.numel() == c ? 0 : b * c);
+      for (int64_t j = 0; j < c; ++j) out[j] = float((in[j] - mean) * inv_std * m[j] + s[j]);
+    }
+  return ok_status();
+}
+
 }  // namespace kiln
