@@ -12,10 +12,6 @@ namespace kiln {
 
 namespace {
 
-std::optional<Shape> static_shape(const Value* v) {
-  return v && v->shape ? sym_shape_concrete(*v->shape) : std::nullopt;
-}
-
 // The operand of binary `n` other than `from`, if it is a per-sample row
 // [B, 1, C] or a shared [C] for x of shape [B, S, C].
 Value* modulation(const Node& n, const Value* from, const Shape& x) {
@@ -29,9 +25,7 @@ Value* modulation(const Node& n, const Value* from, const Shape& x) {
 }  // namespace
 
 Status fuse_adaln(Graph& graph, PassStats* stats) {
-  std::vector<Node*> norms;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kLayerNormalization) norms.push_back(n.get());
+  const std::vector<Node*> norms = nodes_of(graph, {OpKind::kLayerNormalization});
   int64_t fused = 0;
   for (Node* ln : norms) {
     const std::optional<Shape> x = static_shape(ln->inputs[0]);
@@ -54,10 +48,7 @@ Status fuse_adaln(Graph& graph, PassStats* stats) {
     graph.add_node(OpKind::kModulatedLayerNorm, name, {in, scale, shift}, {out}, std::move(attrs));
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) stats->add("fuse_adaln", fused);
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_adaln", fused}});
 }
 
 }  // namespace kiln

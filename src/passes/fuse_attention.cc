@@ -61,9 +61,7 @@ bool same_batch_dims(const Value* q, const Value* kt, const Value* v) {
 }  // namespace
 
 Status fuse_attention(Graph& graph, PassStats* stats) {
-  std::vector<Node*> softmaxes;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kSoftmax) softmaxes.push_back(n.get());
+  const std::vector<Node*> softmaxes = nodes_of(graph, {OpKind::kSoftmax});
   int64_t fused = 0;
   for (Node* softmax : softmaxes) {
     Value* probs = softmax->outputs[0];
@@ -124,10 +122,7 @@ Status fuse_attention(Graph& graph, PassStats* stats) {
     graph.add_node(OpKind::kAttention, name, std::move(inputs), {out}, std::move(attrs));
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) stats->add("fuse_attention", fused);
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_attention", fused}});
 }
 
 }  // namespace kiln

@@ -47,9 +47,7 @@ Pattern quick_gelu() {
 Status fuse_gelu(Graph& graph, PassStats* stats) {
   const std::pair<const char*, Pattern> forms[] = {
       {"none", exact_gelu()}, {"tanh", tanh_gelu()}, {"sigmoid", quick_gelu()}};
-  std::vector<Node*> roots;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kMul || n->op == OpKind::kDiv) roots.push_back(n.get());
+  const std::vector<Node*> roots = nodes_of(graph, {OpKind::kMul, OpKind::kDiv});
   int64_t fused = 0;
   for (Node* root : roots) {
     Value* out = root->outputs[0];
@@ -64,10 +62,7 @@ Status fuse_gelu(Graph& graph, PassStats* stats) {
       break;
     }
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) stats->add("fuse_gelu", fused);
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_gelu", fused}});
 }
 
 }  // namespace kiln

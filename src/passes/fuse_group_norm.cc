@@ -13,10 +13,6 @@ namespace kiln {
 
 namespace {
 
-std::optional<Shape> static_shape(const Value* v) {
-  return v && v->shape ? sym_shape_concrete(*v->shape) : std::nullopt;
-}
-
 // A per-channel constant as [C]: shape [C], [C,1,..,1] or [1,C,1,..,1].
 std::optional<Tensor> per_channel(const Value* v, int64_t channels, size_t rank) {
   if (!v || !v->constant || v->constant->dtype() != DType::kF32 || v->constant->numel() != channels)
@@ -35,18 +31,10 @@ std::optional<Tensor> channel_operand(const Node& n, const Value* from, int64_t 
   return per_channel(other, channels, rank);
 }
 
-Value* channel_constant(Graph& graph, const std::string& name, int64_t channels, float fill) {
-  Tensor t = Tensor::empty(DType::kF32, {channels}).value();
-  std::fill_n(t.data<float>(), channels, fill);
-  return graph.add_constant(graph.unique_name(name), std::move(t));
-}
-
 }  // namespace
 
 Status fuse_group_norm(Graph& graph, PassStats* stats) {
-  std::vector<Node*> norms;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kInstanceNormalization) norms.push_back(n.get());
+  const std::vector<Node*> norms = nodes_of(graph, {OpKind::kInstanceNormalization});
   int64_t fused = 0, with_silu = 0;
   for (Node* norm : norms) {
     Node* split = producer_of(norm->inputs[0], OpKind::kReshape);
@@ -85,20 +73,14 @@ Status fuse_group_norm(Graph& graph, PassStats* stats) {
     }
     const std::string name = norm->name + "_group_norm";
     Value* scale = gamma ? graph.add_constant(graph.unique_name(name + "_scale"), *gamma)
-                         : channel_constant(graph, name + "_scale", channels, 1.0f);
+                         : filled_constant(graph, name + "_scale", channels, 1.0f);
     Value* bias = beta ? graph.add_constant(graph.unique_name(name + "_bias"), *beta)
-                       : channel_constant(graph, name + "_bias", channels, 0.0f);
+                       : filled_constant(graph, name + "_bias", channels, 0.0f);
     for (Node* n : pattern) graph.remove_node(n);
     graph.add_node(OpKind::kGroupNorm, name, {x, scale, bias}, {out}, std::move(attrs));
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) {
-    stats->add("fuse_group_norm", fused);
-    stats->add("fuse_group_norm_with_silu", with_silu);
-  }
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_group_norm", fused}, {"fuse_group_norm_with_silu", with_silu}});
 }
 
 }  // namespace kiln

@@ -7,23 +7,12 @@
 // Matched from the Div backwards; becomes one LayerNormalization(x, gamma,
 // beta, axis=-1, epsilon=eps). Without an affine tail (DiT's adaLN norms),
 // gamma and beta are ones and zeros.
+#include "passes/match.h"
 #include "passes/pass.h"
 
 namespace kiln {
 
 namespace {
-
-Node* producer_of(const Value* v, OpKind op) {
-  return v && v->producer && v->producer->op == op ? v->producer : nullptr;
-}
-
-bool used_once(const Value* v) { return v && v->users.size() == 1 && !v->is_output; }
-
-std::optional<double> scalar_constant(const Value* v) {
-  if (!v || !v->constant || v->constant->numel() != 1 || !dtype_is_float(v->constant->dtype()))
-    return std::nullopt;
-  return v->constant->element_as_double(0);
-}
 
 // ReduceMean over the last axis only, keeping dims (axes as attribute or,
 // from opset 18, as a constant input).
@@ -46,18 +35,10 @@ Value* affine_operand(const Node& n, const Value* from, int64_t channels) {
   return s.size() == 1 && s[0] == channels ? other : nullptr;
 }
 
-Value* filled_constant(Graph& graph, std::string_view name, int64_t channels, float value) {
-  Tensor t = Tensor::empty(DType::kF32, {channels}).value();
-  for (int64_t i = 0; i < channels; ++i) t.data<float>()[i] = value;
-  return graph.add_constant(graph.unique_name(name), std::move(t));
-}
-
 }  // namespace
 
 Status fuse_layer_norm(Graph& graph, PassStats* stats) {
-  std::vector<Node*> divs;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kDiv) divs.push_back(n.get());
+  const std::vector<Node*> divs = nodes_of(graph, {OpKind::kDiv});
   int64_t fused = 0;
   for (Node* div : divs) {
     Node* sub = producer_of(div->inputs[0], OpKind::kSub);
@@ -107,10 +88,7 @@ Status fuse_layer_norm(Graph& graph, PassStats* stats) {
     graph.add_node(OpKind::kLayerNormalization, name, {x, gamma, beta}, {out}, std::move(attrs));
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) stats->add("fuse_layer_norm", fused);
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_layer_norm", fused}});
 }
 
 }  // namespace kiln

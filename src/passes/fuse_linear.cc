@@ -9,10 +9,6 @@ namespace kiln {
 
 namespace {
 
-std::optional<Shape> static_shape(const Value* v) {
-  return v && v->shape ? sym_shape_concrete(*v->shape) : std::nullopt;
-}
-
 // The bias operand of `add` (a constant with N elements along the last
 // axis only) reading `from`.
 Value* bias_operand(const Node& add, const Value* from, int64_t n) {
@@ -90,14 +86,8 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     order[graph.add_node(OpKind::kLinear, name, std::move(inputs), {out}, std::move(attrs))] = position;
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) {
-    stats->add("fuse_linear", fused);
-    stats->add("fuse_linear_activation", activations);
-    stats->add("fuse_linear_residual", residuals);
-  }
-  return ok_status();
+  return finish_fusion(graph, stats,
+                       {{"fuse_linear", fused}, {"fuse_linear_activation", activations}, {"fuse_linear_residual", residuals}});
 }
 
 }  // namespace kiln

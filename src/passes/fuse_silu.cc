@@ -10,9 +10,7 @@ Status fuse_silu(Graph& graph, PassStats* stats) {
       op(OpKind::kMul, {capture(), op(OpKind::kSigmoid, {capture()})}),
       op(OpKind::kMul, {capture(), op(OpKind::kSigmoid, {op(OpKind::kMul, {capture(), any_constant()})})}),
   });
-  std::vector<Node*> muls;
-  for (const auto& n : graph.nodes())
-    if (n->op == OpKind::kMul) muls.push_back(n.get());
+  const std::vector<Node*> muls = nodes_of(graph, {OpKind::kMul});
   int64_t fused = 0;
   for (Node* mul : muls) {
     Value* out = mul->outputs[0];
@@ -24,10 +22,7 @@ Status fuse_silu(Graph& graph, PassStats* stats) {
     replace_match(graph, m, out, OpKind::kSilu, mul->name + "_silu", std::move(attrs));
     ++fused;
   }
-  graph.compact();
-  KILN_RETURN_IF_ERROR(graph.topo_sort());
-  if (stats) stats->add("fuse_silu", fused);
-  return ok_status();
+  return finish_fusion(graph, stats, {{"fuse_silu", fused}});
 }
 
 }  // namespace kiln

@@ -1,8 +1,16 @@
 #include "passes/match.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln {
+
+std::vector<Node*> nodes_of(const Graph& graph, std::initializer_list<OpKind> ops) {
+  std::vector<Node*> out;
+  for (const auto& n : graph.nodes())
+    if (std::find(ops.begin(), ops.end(), n->op) != ops.end()) out.push_back(n.get());
+  return out;
+}
 
 Node* producer_of(const Value* v, OpKind op) {
   return v && v->producer && v->producer->op == op ? v->producer : nullptr;
@@ -26,6 +34,16 @@ bool filled_with(const Value* v, double want) {
   for (int64_t i = 0; i < v->constant->numel(); ++i)
     if (v->constant->element_as_double(i) != want) return false;
   return true;
+}
+
+std::optional<Shape> static_shape(const Value* v) {
+  return v && v->shape ? sym_shape_concrete(*v->shape) : std::nullopt;
+}
+
+Value* filled_constant(Graph& graph, std::string_view name, int64_t n, float value) {
+  Tensor t = Tensor::empty(DType::kF32, {n}).value();
+  std::fill_n(t.data<float>(), n, value);
+  return graph.add_constant(graph.unique_name(name), std::move(t));
 }
 
 Pattern capture() { return {}; }
@@ -96,6 +114,14 @@ bool match(Value* root, const Pattern& pattern, Match& m) {
   // A node already claimed by an earlier fusion is gone: its output has no
   // producer any more, so it cannot match again.
   return match_value(root, pattern, true, m) && m.x;
+}
+
+Status finish_fusion(Graph& graph, PassStats* stats, std::initializer_list<std::pair<const char*, int64_t>> counts) {
+  graph.compact();
+  KILN_RETURN_IF_ERROR(graph.topo_sort());
+  if (stats)
+    for (const auto& [name, n] : counts) stats->add(name, n);
+  return ok_status();
 }
 
 void replace_match(Graph& graph, const Match& m, Value* root, OpKind op, const std::string& name,

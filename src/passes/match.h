@@ -11,13 +11,18 @@
 // read by the match alone, so removing the matched nodes loses nothing.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/pass.h"
 
 namespace kiln {
 
+// The nodes of these kinds, in graph order (a snapshot: a pass may then
+// rewrite the graph while walking it).
+std::vector<Node*> nodes_of(const Graph& graph, std::initializer_list<OpKind> ops);
 // The node of kind `op` that produces v, or null.
 Node* producer_of(const Value* v, OpKind op);
 // Read by exactly one node and not a graph output.
@@ -29,6 +34,10 @@ std::optional<double> scalar_constant(const Value* v);
 bool is_scalar(const Value* v, double want);
 // A float constant every element of which equals `want`.
 bool filled_with(const Value* v, double want);
+// v's shape when every dim is known.
+std::optional<Shape> static_shape(const Value* v);
+// A new f32 constant [n] filled with `value` (a fused op's unit scale or zero bias).
+Value* filled_constant(Graph& graph, std::string_view name, int64_t n, float value);
 
 struct Pattern {
   enum class Kind { kCapture, kConstant, kAnyConstant, kOp, kEither };
@@ -54,6 +63,11 @@ struct Match {
   std::vector<double> constants; // what any_constant() matched, in match order
 };
 bool match(Value* root, const Pattern& pattern, Match& m);
+
+// The end of every fusion pass: drops the removed nodes, restores
+// topological order (a fused node sits where its first node was) and
+// records the counts ("fuse_gelu" -> 7, ...).
+Status finish_fusion(Graph& graph, PassStats* stats, std::initializer_list<std::pair<const char*, int64_t>> counts);
 
 // Replaces the matched nodes by one node of `op` reading m.x (and `extra`
 // inputs) that writes `root`, the value the rest of the graph reads.
