@@ -280,6 +280,22 @@ TEST(Fusion, LinearWithActivationAndResidual) {
   }
 }
 
+TEST(Fusion, ConvWithResidual) {
+  auto counts = fuse_and_compare(
+      [](Builder& b) {
+        Value* x = b.input("x", {1, 4, 6, 6});
+        std::vector<float> w(4 * 4 * 9);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3) * 0.05f;
+        Attributes conv;
+        conv.set("kernel_shape", std::vector<int64_t>{3, 3});
+        conv.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+        Value* h = b.node(OpKind::kConv, {x, b.constant({4, 4, 3, 3}, w), b.constant({4}, {0.1f, -0.2f, 0.3f, 0})}, conv);
+        b.g.mark_output(b.node(OpKind::kAdd, {x, h}));  // the ResNet skip
+      },
+      "fuse_conv", 1);
+  EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kFusedConv, 1}}));
+}
+
 // Every LayerNorm, GELU, SiLU, GroupNorm and attention pattern in the
 // reference models is fused, and none of their pieces is left behind.
 TEST(Fusion, ExactCountsOnTheReferenceModels) {

@@ -137,3 +137,62 @@ TEST(Plan, InputDimsFromShapes) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// latent' = latent * 0.5 + noise: an output that may overwrite its input.
+Graph step_graph(bool read_again) {
+  Graph g;
+  Value* x = g.add_input("latent", DType::kF32, SymShape{Dim(4), Dim(8)});
+  Value* noise = g.add_input("noise", DType::kF32, SymShape{Dim(4), Dim(8)});
+  Value* half = g.add_constant("half", *Tensor::from_vector<float>({}, {0.5f}));
+  Value* scaled = g.add_value("scaled");
+  Value* next = g.add_value("next");
+  g.add_node(OpKind::kMul, "scale", {x, half}, {scaled});
+  g.add_node(OpKind::kAdd, "add", {scaled, noise}, {next});
+  g.mark_output(next);
+  if (read_again) {  // the latent is read once more after `next` is written
+    Value* again = g.add_value("again");
+    g.add_node(OpKind::kAdd, "again", {next, x}, {again});
+    g.mark_output(again);
+  }
+  return g;
+}
+
+TEST(Plan, FeedsAnOutputBackAsTheNextRunsInputWithoutCopying) {
+  auto plan = Plan::compile(step_graph(false), {});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Tensor latent = *Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 8.0f));
+  Tensor noise = *Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 1.0f));
+  // `latent` is both the input and the output: written in place each run.
+  ASSERT_TRUE((*plan)->bind_input("latent", latent.view()).ok());
+  ASSERT_TRUE((*plan)->bind_input("noise", noise.view()).ok());
+  ASSERT_TRUE((*plan)->bind_output("next", latent.view()).ok());
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE((*plan)->run().ok());
+  EXPECT_EQ(latent.data<float>()[0], 2.75f);  // 8 -> 5 -> 3.5 -> 2.75
+  EXPECT_EQ((*plan)->output(0).data, latent.raw());
+}
+
+TEST(Plan, RefusesBindingsThatWouldOverwriteAnInputStillRead) {
+  auto plan = Plan::compile(step_graph(true), {});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  Tensor latent = *Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 8.0f));
+  Tensor noise = *Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 1.0f));
+  ASSERT_TRUE((*plan)->bind_input("latent", latent.view()).ok());
+  ASSERT_TRUE((*plan)->bind_input("noise", noise.view()).ok());
+  ASSERT_TRUE((*plan)->run().ok());
+  // An output view of the arena passed back as an input: the run would clobber it.
+  TensorView view = (*plan)->output(0);
+  ASSERT_TRUE((*plan)->bind_input("latent", view).ok());
+  EXPECT_NE((*plan)->run().message().find("points into the plan's arena"), std::string::npos);
+  // The latent is read again after `next` is written: sharing memory is refused.
+  ASSERT_TRUE((*plan)->bind_input("latent", latent.view()).ok());
+  ASSERT_TRUE((*plan)->bind_output("next", latent.view()).ok());
+  EXPECT_EQ((*plan)->run().message(),
+            "output 'next' shares memory with input 'latent', which node 'again' (Add) still reads after node 'add' "
+            "(Add) writes the output: bind the output to another buffer");
+}
+
+}  // namespace
+}  // namespace kiln

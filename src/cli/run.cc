@@ -107,7 +107,7 @@ Status run_plan_file(const RunOptions& opt) {
                             "--mode, --reference, --fusion-switch or --dim", opt.model);
   RunReport report{.mode = "graph", .plan_cache_hit = true, .plan_hits = 1};  // the on-disk cache
   auto start = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, load_plan_file(opt.model));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, load_plan_file(opt.model));
   report.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   report.signature = plan->signature();
   report.flops = plan->stats().flops;
@@ -127,7 +127,7 @@ Status run_plan_file(const RunOptions& opt) {
   std::vector<Tensor> outputs;
   for (size_t i = 0; i < plan->outputs().size(); ++i) {
     const TensorView& v = plan->output(i);
-    outputs.emplace_back(v.dtype, v.shape, v.data, nullptr);
+    outputs.emplace_back(v.dtype, v.shape, v.data, plan);
   }
   return report_outputs(opt, plan->outputs(), outputs);
 }

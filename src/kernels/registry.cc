@@ -28,6 +28,7 @@ bool cpu_kernel_uses_onednn(OpKind op) {
     case OpKind::kConvTranspose:
     case OpKind::kEinsum:
     case OpKind::kLinear:
+    case OpKind::kFusedConv:
       return true;
     default:
       return false;

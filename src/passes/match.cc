@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <tuple>
 
 namespace kiln {
 
@@ -114,6 +116,49 @@ bool match(Value* root, const Pattern& pattern, Match& m) {
   // A node already claimed by an earlier fusion is gone: its output has no
   // producer any more, so it cannot match again.
   return match_value(root, pattern, true, m) && m.x;
+}
+
+namespace {
+
+// The activation kiln.Linear / kiln.Conv can apply for node n, if any.
+std::optional<std::pair<std::string, float>> activation_of(const Node& n) {
+  if (n.op == OpKind::kRelu) return std::pair{std::string("relu"), 0.0f};
+  if (n.op == OpKind::kSilu) return std::pair{std::string("swish"), n.attrs.get_float("alpha", 1.0f)};
+  if (n.op != OpKind::kGelu) return std::nullopt;
+  const std::string form = n.attrs.get_string("approximate", "none");
+  if (form == "sigmoid") return std::pair{std::string("swish"), 1.702f};  // x sigmoid(1.702 x)
+  return std::pair{std::string(form == "tanh" ? "gelu_tanh" : "gelu"), 0.0f};
+}
+
+}  // namespace
+
+Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position) {
+  Epilogue e;
+  e.out = from;
+  if (used_once(e.out))
+    if (auto act = activation_of(*e.out->users[0])) {
+      std::tie(e.activation, e.alpha) = *act;
+      e.nodes.push_back(e.out->users[0]);
+      e.out = e.out->users[0]->outputs[0];
+    }
+  if (!used_once(e.out) || e.out->users[0]->op != OpKind::kAdd) return e;
+  Node* add = e.out->users[0];
+  Value* other = add->inputs[0] == e.out ? add->inputs[1] : add->inputs[0];
+  const auto at = [&](const Node* n) { auto it = position.find(n); return it == position.end() ? SIZE_MAX : it->second; };
+  const bool earlier = !other->producer || at(other->producer) < at(first);
+  if (other != e.out && other->dtype == e.out->dtype && static_shape(other) && static_shape(other) == static_shape(e.out) &&
+      earlier) {
+    e.residual = other;
+    e.nodes.push_back(add);
+    e.out = add->outputs[0];
+  }
+  return e;
+}
+
+void set_epilogue(const Epilogue& e, Attributes& attrs, std::vector<Value*>& inputs) {
+  attrs.set("activation", e.activation);
+  if (e.activation == "swish") attrs.set("alpha", e.alpha);
+  if (e.residual) inputs.push_back(e.residual);
 }
 
 Status finish_fusion(Graph& graph, PassStats* stats, std::initializer_list<std::pair<const char*, int64_t>> counts) {

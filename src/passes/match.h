@@ -12,6 +12,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -63,6 +65,22 @@ struct Match {
   std::vector<double> constants; // what any_constant() matched, in match order
 };
 bool match(Value* root, const Pattern& pattern, Match& m);
+
+// What can ride along inside one oneDNN matmul or convolution after it: an
+// activation (kiln.Gelu, kiln.Silu, Relu), then a residual Add.
+struct Epilogue {
+  std::string activation = "none";  // kiln.Linear / kiln.Conv's attribute
+  float alpha = 0;                   // swish's x sigmoid(alpha x)
+  Value* residual = nullptr;
+  std::vector<Node*> nodes;  // the nodes it replaces
+  Value* out = nullptr;      // what the last of them writes (`from` when none)
+};
+// The epilogue after `from`. A residual must be computed before `first` in
+// the graph's original order (`position`: node -> index, which the caller
+// keeps up to date for nodes it adds), so it cannot depend on the fusion.
+Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position);
+// Activation and residual attributes/inputs for an epilogue.
+void set_epilogue(const Epilogue& e, Attributes& attrs, std::vector<Value*>& inputs);
 
 // The end of every fusion pass: drops the removed nodes, restores
 // topological order (a fused node sits where its first node was) and

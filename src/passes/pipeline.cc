@@ -18,6 +18,7 @@ constexpr PassInfo kPipeline[] = {
     {"fuse_group_norm", fuse_group_norm},  // after fuse_silu, whose SiLUs it absorbs
     {"fuse_attention", fuse_attention},
     {"fuse_linear", fuse_linear},  // after the activation fusions, whose ops it absorbs
+    {"fuse_conv", fuse_conv},
     {"eliminate_dead_code", eliminate_dead_code},
 };
 }  // namespace

@@ -29,8 +29,10 @@ const char* execution_mode_name(ExecutionMode mode) {
 
 std::string signature_of(const NamedTensors& inputs) {
   std::string s;
-  for (const auto& [name, t] : inputs)
-    s += (s.empty() ? "" : " ") + signature_entry(name, t.dtype(), t.shape());
+  for (const auto& [name, t] : inputs) {
+    if (!s.empty()) s += ' ';
+    s += signature_entry(name, t.dtype(), t.shape());
+  }
   return s;
 }
 
@@ -43,11 +45,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, Runne
   return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(load), std::move(options), std::move(graph)));
 }
 
-Result<Plan*> ModelRunner::plan_for(const NamedTensors& inputs) {
+Result<std::shared_ptr<Plan>> ModelRunner::plan_for(const NamedTensors& inputs) {
   const std::string signature = signature_of(inputs);
   if (auto it = plans_.find(signature); it != plans_.end()) {
     ++stats_.plan_hits;
-    return it->second.get();
+    return it->second;
   }
   ++stats_.plan_misses;
   KILN_RETURN_IF_ERROR(eager_.check_inputs(inputs));
@@ -58,12 +60,13 @@ Result<Plan*> ModelRunner::plan_for(const NamedTensors& inputs) {
   KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = dims, .passes = options_.passes}));
   stats_.compile_ms += plan->stats().compile_ms;
   report_.compile_ms += plan->stats().compile_ms;
-  Plan* p = plan.get();
-  plans_.emplace(signature, std::move(plan));
-  return p;
+  std::shared_ptr<Plan> shared = std::move(plan);
+  plans_.emplace(signature, shared);
+  return shared;
 }
 
-Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensors& inputs) {
+Result<std::vector<Tensor>> ModelRunner::run_graph(const std::shared_ptr<Plan>& shared, const NamedTensors& inputs) {
+  Plan& plan = *shared;
   auto start = std::chrono::steady_clock::now();
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
   report_.bind_ms = ms_since(start);
@@ -79,7 +82,7 @@ Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensor
   for (size_t i = 0; i < plan.outputs().size(); ++i) {
     const TensorView& v = plan.output(i);
     if (!options_.safe_output) {
-      outputs.emplace_back(v.dtype, v.shape, v.data, nullptr);  // a view until the next run
+      outputs.emplace_back(v.dtype, v.shape, v.data, shared);  // a view, overwritten by the next run
       continue;
     }
     KILN_ASSIGN_OR_RETURN(Tensor copy, Tensor::empty(v.dtype, v.shape));
@@ -97,14 +100,14 @@ Result<std::vector<Tensor>> ModelRunner::run_graph(Plan& plan, const NamedTensor
 // Auto: one warm-up and one timed run of each mode, the faster kept.
 Result<ExecutionMode> ModelRunner::choose(const std::string& signature, const NamedTensors& inputs) {
   if (auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
-  KILN_ASSIGN_OR_RETURN(Plan * plan, plan_for(inputs));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, plan_for(inputs));
   double ms[2] = {0, 0};
   for (int timed = 0; timed < 2; ++timed) {
     auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(eager_.run(inputs).status());
     if (timed) ms[0] = ms_since(start);
     start = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(run_graph(*plan, inputs).status());
+    KILN_RETURN_IF_ERROR(run_graph(plan, inputs).status());
     if (timed) ms[1] = ms_since(start);
   }
   const ExecutionMode pick = ms[1] <= ms[0] ? ExecutionMode::kGraph : ExecutionMode::kEager;
@@ -131,11 +134,11 @@ Result<std::vector<Tensor>> ModelRunner::run(const NamedTensors& inputs) {
     return outputs;
   }
   const int64_t misses = stats_.plan_misses;
-  KILN_ASSIGN_OR_RETURN(Plan * plan, plan_for(inputs));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, plan_for(inputs));
   report_.plan_cache_hit = stats_.plan_misses == misses && report_.compile_ms == 0;
   report_.plan_hits = stats_.plan_hits;
   report_.plan_misses = stats_.plan_misses;
-  return run_graph(*plan, inputs);
+  return run_graph(plan, inputs);
 }
 
 }  // namespace kiln

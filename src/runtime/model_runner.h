@@ -9,8 +9,8 @@
 //   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*runner)->run({{"x", x}}));
 //
 // Inputs are bound by pointer (never copied). Graph-mode outputs are views
-// into the plan, valid until the next run, unless `safe_output` asks for
-// copies (their cost is counted in stats()).
+// into the plan (which they keep alive), overwritten by the next run, unless
+// `safe_output` asks for copies (their cost is counted in stats()).
 #pragma once
 
 #include <functional>
@@ -66,18 +66,18 @@ class ModelRunner {
   const RunReport& last_report() const { return report_; }
   const RunnerStats& stats() const { return stats_; }
   // The plan for a signature, compiling it on a miss.
-  Result<Plan*> plan_for(const NamedTensors& inputs);
+  Result<std::shared_ptr<Plan>> plan_for(const NamedTensors& inputs);
 
  private:
   ModelRunner(GraphLoader load, RunnerOptions options, Graph graph);
-  Result<std::vector<Tensor>> run_graph(Plan& plan, const NamedTensors& inputs);
+  Result<std::vector<Tensor>> run_graph(const std::shared_ptr<Plan>& plan, const NamedTensors& inputs);
   Result<ExecutionMode> choose(const std::string& signature, const NamedTensors& inputs);
 
   GraphLoader load_;
   RunnerOptions options_;
   Graph eager_graph_;
   EagerExecutor eager_;
-  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::map<std::string, std::shared_ptr<Plan>> plans_;  // shared with the output views
   std::map<std::string, ExecutionMode> chosen_;  // auto's decision per signature
   ExecutionMode last_mode_ = ExecutionMode::kEager;
   RunnerStats stats_;

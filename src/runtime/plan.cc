@@ -94,7 +94,10 @@ std::string signature_entry(std::string_view name, DType dtype, const Shape& sha
 
 std::string Plan::signature() const {
   std::string s;
-  for (const Value* v : inputs_) s += (s.empty() ? "" : " ") + signature_entry(v->name, v->dtype, views_[v->id].shape);
+  for (const Value* v : inputs_) {
+    if (!s.empty()) s += ' ';
+    s += signature_entry(v->name, v->dtype, views_[v->id].shape);
+  }
   return s;
 }
 
@@ -322,6 +325,7 @@ Status Plan::bind_input(std::string_view name, const TensorView& view) {
   KILN_RETURN_IF_ERROR(check_view(views_[id], view, "input", name));
   point_buffer(size_t(buffer_of_[id]), view.data);
   input_bound_[i] = true;
+  bindings_checked_ = false;
   return ok_status();
 }
 
@@ -335,6 +339,7 @@ Status Plan::bind_output(std::string_view name, const TensorView& view) {
   // the caller's memory; one that is a graph input or constant (or shares a
   // buffer already bound elsewhere) is copied there after the run.
   std::erase_if(output_copies_, [&](const auto& c) { return c.first == i; });
+  bindings_checked_ = false;
   if (b >= 0 && buffers_[size_t(b)].kind == Buffer::Kind::kArena &&
       (!buffers_[size_t(b)].caller || buffers_[size_t(b)].caller == view.data)) {
     buffers_[size_t(b)].caller = view.data;
@@ -349,9 +354,66 @@ const TensorView& Plan::output(size_t i) const {
   return bound_outputs_[i].data ? bound_outputs_[i] : views_[outputs_[i]->id];
 }
 
+namespace {
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* pa = static_cast<const std::byte*>(a);
+  const auto* pb = static_cast<const std::byte*>(b);
+  return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// Ops that read element i of a same-shaped input before writing element i
+// of the output, so the two may share memory.
+bool elementwise_in_place(OpKind op) {
+  switch (op) {
+    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kNeg:
+    case OpKind::kSigmoid: case OpKind::kTanh: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kSilu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// Inputs may share memory with an output bound to caller memory (a latent
+// fed back across denoise steps) only when nothing reads the input after the
+// output's first write; and never point into the arena, which the run
+// overwrites.
+Status Plan::check_bindings() const {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const TensorView& in = views_[inputs_[i]->id];
+    if (overlap(in.data, in.nbytes(), arena_, stats_.arena_bytes))
+      return invalid_argument("input '{}' points into the plan's arena (an output view of an earlier run), which "
+                              "this run overwrites: bind that output to your own buffer and pass that",
+                              inputs_[i]->name);
+    const Buffer& input = buffers_[size_t(buffer_of_[inputs_[i]->id])];
+    for (const Buffer& out : buffers_) {
+      if (!out.caller || !overlap(in.data, in.nbytes(), out.caller, out.bytes)) continue;
+      const Node& writer = *graph_.nodes()[size_t(out.first_step)];
+      bool in_place = out.first_step == input.last_step && elementwise_in_place(writer.op);
+      for (const Value* v : writer.inputs)
+        in_place &= !v || buffer_of_[v->id] != buffer_of_[inputs_[i]->id] || views_[v->id].shape == views_[out.values[0]].shape;
+      if (out.first_step < input.last_step || (out.first_step == input.last_step && !in_place)) {
+        const size_t reader = size_t(input.last_step);
+        return invalid_argument("output '{}' shares memory with input '{}', which {} still reads after {} writes the "
+                                "output: bind the output to another buffer",
+                                graph_.values()[out.values[0]]->name, inputs_[i]->name,
+                                reader < graph_.nodes().size() ? node_label(*graph_.nodes()[reader]) : "the caller",
+                                node_label(writer));
+      }
+    }
+  }
+  return ok_status();
+}
+
 Status Plan::run(RunProfile* profile) {
   for (size_t i = 0; i < inputs_.size(); ++i)
     if (!input_bound_[i]) return invalid_argument("input '{}' is not bound", inputs_[i]->name);
+  if (!bindings_checked_) {
+    KILN_RETURN_IF_ERROR(check_bindings());
+    bindings_checked_ = true;
+  }
   if (profile) {
     profile->steps.resize(steps_.size());
     const HeapAllocationCount heap = heap_allocation_count();

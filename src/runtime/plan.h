@@ -10,7 +10,9 @@
 // Inputs are bound by pointer and read in place. Outputs are written into
 // caller buffers when bound, else into the arena and returned as views valid
 // until the next run. A caller may bind one run's output buffer as the next
-// run's input (the latent across denoise steps).
+// run's input (the latent across denoise steps) when the plan reads that
+// input no later than it writes the output (checked; an error otherwise).
+// A plan runs one call at a time.
 //
 //   KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = {{"batch", 2}}}));
 //   KILN_RETURN_IF_ERROR(plan->bind_input("x", x.view()));
@@ -109,6 +111,7 @@ class Plan {
   Status plan_arena(const std::vector<size_t>& scratch_bytes);
   Status prepare_kernels(std::vector<size_t>& scratch_bytes);
   void point_buffer(size_t buffer, void* data);
+  Status check_bindings() const;
   Result<size_t> io_value(std::string_view name, bool input) const;
 
   Graph graph_;
@@ -122,6 +125,7 @@ class Plan {
   std::unique_ptr<ArenaWorkspace> workspace_;
   std::byte* arena_ = nullptr;
   std::vector<bool> input_bound_;
+  bool bindings_checked_ = false;  // check_bindings() holds for the current bindings
   size_t output_copy_bytes_ = 0;
   std::vector<std::pair<size_t, size_t>> output_copies_;  // (output index, source value id)
   std::vector<TensorView> bound_outputs_;                 // per output; data null when unbound

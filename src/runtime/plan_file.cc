@@ -170,7 +170,8 @@ struct Reader {
 
 Result<AttributeValue> attribute_from_json(const json& j, const Reader& r) {
   if (!j.is_object() || j.size() != 1) return invalid_argument("malformed attribute");
-  const auto& [kind, v] = *j.items().begin();
+  const std::string kind = j.begin().key();
+  const json& v = j.begin().value();
   if (kind == "int") return AttributeValue(v.get<int64_t>());
   if (kind == "float") return AttributeValue(v.get<float>());
   if (kind == "string") return AttributeValue(v.get<std::string>());

@@ -37,9 +37,11 @@ int64_t node_flops(const Node& node) {
   if (!y || !a || !b) return 0;
   const int64_t out = shape_numel(*y);
   switch (node.op) {
-    case OpKind::kMatMul: return 2 * out * last(*a, 0);
+    case OpKind::kMatMul:
+    case OpKind::kLinear: return 2 * out * last(*a, 0);
     case OpKind::kGemm: return 2 * out * (node.attrs.get_int("transA", 0) ? (*a)[0] : last(*a, 0));
-    case OpKind::kConv: return 2 * out * shape_numel(*b) / std::max<int64_t>(1, (*b)[0]);
+    case OpKind::kConv:
+    case OpKind::kFusedConv: return 2 * out * shape_numel(*b) / std::max<int64_t>(1, (*b)[0]);
     case OpKind::kConvTranspose: return 2 * shape_numel(*a) * shape_numel(*b) / std::max<int64_t>(1, (*b)[0]);
     case OpKind::kAttention: {
       // Q Kᵀ and P V: 2 Sq Sk D + 2 Sq Sk Dv per batch = 2 (|Q| + |Y|) Sk; Kᵀ's last dim is Sk.

@@ -11,8 +11,8 @@
 
 namespace kiln {
 
-// 2 x the multiply-adds of a MatMul, Gemm, Conv, ConvTranspose or
-// kiln.Attention node with static shapes; 0 for other ops (memory-bound:
+// 2 x the multiply-adds of a MatMul, Gemm, Conv, ConvTranspose, kiln.Linear,
+// kiln.Conv or kiln.Attention node with static shapes; 0 for other ops (memory-bound:
 // their cost is bytes, not FLOPs) and for unknown shapes.
 int64_t node_flops(const Node& node);
 

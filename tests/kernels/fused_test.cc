@@ -91,6 +91,21 @@ TEST(Fused, ModulatedLayerNorm) {
   check_op({"threaded", OpKind::kModulatedLayerNorm, {}, {f32({2, 256, 384}), f32({2, 1, 384}), f32({2, 1, 384})}});
 }
 
+TEST(Fused, Conv) {
+  const Attributes conv3 = attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  for (const char* act : {"none", "swish", "gelu"}) {
+    Attributes a = conv3;
+    a.set("activation", std::string(act));
+    check_op({std::string("3x3 ") + act, OpKind::kFusedConv, a, {f32({1, 8, 9, 9}), f32({16, 8, 3, 3}), f32({16})}});
+    check_op({std::string("3x3 residual ") + act, OpKind::kFusedConv, a,
+              {f32({2, 4, 6, 7}), f32({4, 4, 3, 3}), f32({4}), f32({2, 4, 6, 7})}});
+  }
+  Attributes strided = attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2, 2}},
+                              {"activation", std::string("relu")}});
+  check_op({"1x1 strided, no bias, residual", OpKind::kFusedConv, strided,
+            {f32({1, 6, 8, 8}), f32({5, 6, 1, 1}), absent(), f32({1, 5, 4, 4})}});
+}
+
 TEST(Fused, Linear) {
   for (const char* act : {"none", "gelu", "gelu_tanh", "swish", "relu"}) {
     check_op({std::string("bias ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}, {"alpha", 1.702f}}),

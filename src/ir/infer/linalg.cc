@@ -408,17 +408,33 @@ Status infer_Einsum(InferContext& ctx) {
 
 namespace kiln {
 
+namespace {
+
+// kiln.Linear's and kiln.Conv's epilogue: a known activation, and input 3
+// (the residual), when present, shaped like the output.
+Status check_epilogue(InferContext& ctx) {
+  const std::string act = ctx.attrs().get_string("activation", "none");
+  if (act != "none" && act != "gelu" && act != "gelu_tanh" && act != "swish" && act != "relu")
+    return ctx.error("activation must be none, gelu, gelu_tanh, swish or relu, got '{}'", act);
+  if (!ctx.has_input(3) || !ctx.input(3).shape || !ctx.output(0).shape) return ok_status();
+  const SymShape &r = *ctx.input(3).shape, &out = *ctx.output(0).shape;
+  bool same = r.size() == out.size();
+  for (size_t d = 0; same && d < r.size(); ++d) same = !r[d].known() || !out[d].known() || r[d] == out[d];
+  if (!same)
+    return ctx.error("residual must have the output's shape {}, got {}", sym_shape_to_string(out), sym_shape_to_string(r));
+  return ok_status();
+}
+
+}  // namespace
+
 // kiln.Linear: A [..., K], W [K, N], bias [N], residual shaped like Y [..., N].
 Status infer_Linear(InferContext& ctx) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
-  const std::string act = ctx.attrs().get_string("activation", "none");
-  if (act != "none" && act != "gelu" && act != "gelu_tanh" && act != "swish" && act != "relu")
-    return ctx.error("activation must be none, gelu, gelu_tanh, swish or relu, got '{}'", act);
   const auto &a = ctx.input(0).shape, &w = ctx.input(1).shape, &bias = ctx.input(2).shape;
   if (!a || !w) {
     set_output(ctx, 0, DType::kF32, std::nullopt);
-    return ok_status();
+    return check_epilogue(ctx);
   }
   if (a->empty() || w->size() != 2) return ctx.error("A must have rank >= 1 and W rank 2");
   KILN_RETURN_IF_ERROR(check_dims_match(ctx, a->back(), (*w)[0], "inner dims of A and W"));
@@ -426,16 +442,16 @@ Status infer_Linear(InferContext& ctx) {
   if (bias) KILN_RETURN_IF_ERROR(check_dims_match(ctx, (*bias)[0], (*w)[1], "bias and N"));
   SymShape out(a->begin(), a->end() - 1);
   out.push_back((*w)[1]);
-  if (ctx.has_input(3) && ctx.input(3).shape) {
-    const SymShape& r = *ctx.input(3).shape;
-    bool same = r.size() == out.size();
-    for (size_t d = 0; same && d < r.size(); ++d) same = !r[d].known() || !out[d].known() || r[d] == out[d];
-    if (!same)
-      return ctx.error("residual must have the output's shape {}, got {}", sym_shape_to_string(out),
-                       sym_shape_to_string(r));
-  }
   set_output(ctx, 0, DType::kF32, std::move(out));
-  return ok_status();
+  return check_epilogue(ctx);
+}
+
+// kiln.Conv: Conv's inputs and attributes, then the epilogue.
+Status infer_FusedConv(InferContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  KILN_RETURN_IF_ERROR(infer_conv(ctx, false));
+  return check_epilogue(ctx);
 }
 
 }  // namespace kiln

@@ -143,6 +143,30 @@ std::optional<DnnlReplay::Arg> arg_source(const KernelContext& ctx, const memory
   return std::nullopt;
 }
 
+// kiln.Linear's and kiln.Conv's epilogue as post-ops: the activation
+// (eltwise), then the residual, input 3 (binary add) shaped like `y`.
+dnnl::primitive_attr epilogue_attr(const KernelContext& ctx, const memory::desc& y) {
+  dnnl::primitive_attr attr = user_scratchpad_attr();
+  const std::string act = ctx.attrs().get_string("activation", "none");
+  dnnl::post_ops ops;
+  if (act != "none") {
+    const dnnl::algorithm alg = act == "gelu"        ? dnnl::algorithm::eltwise_gelu_erf
+                                : act == "gelu_tanh" ? dnnl::algorithm::eltwise_gelu_tanh
+                                : act == "swish"     ? dnnl::algorithm::eltwise_swish
+                                                     : dnnl::algorithm::eltwise_relu;
+    ops.append_eltwise(1.0f, alg, act == "swish" ? ctx.attrs().get_float("alpha", 1.0f) : 0.0f, 0.0f);
+  }
+  if (ctx.input(3)) ops.append_binary(dnnl::algorithm::binary_add, y);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+void add_residual_arg(const KernelContext& ctx, const memory::desc& y, Args& args) {
+  if (!ctx.input(3)) return;
+  const int index = ctx.attrs().get_string("activation", "none") != "none" ? 1 : 0;  // after the eltwise
+  args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, bind(ctx, y, ctx.input(3)->data));
+}
+
 // Runs `Primitive` built from `pd`, its scratchpad taken from the workspace.
 // On a plan step's first call it also pre-packs a constant weight the
 // primitive wants in another layout, and records the call for replay.
@@ -401,7 +425,9 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     using Conv = dnnl::convolution_forward;
     using Deconv = dnnl::deconvolution_forward;
     const auto inference = dnnl::prop_kind::forward_inference;
-    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const bool fused = ctx.node->op == OpKind::kFusedConv;  // kiln.Conv: the epilogue rides along
+    const dnnl::primitive_attr attr = fused ? epilogue_attr(ctx, yd) : user_scratchpad_attr();
+    if (fused) add_residual_arg(ctx, yd, args);
     if (transpose) {
       Deconv::desc desc(inference, dnnl::algorithm::deconvolution_direct, xd, packed_wmd, bd, yd, strides,
                         dilates, pad_l, pad_r);
@@ -629,42 +655,30 @@ Status cpu_Einsum(KernelContext& ctx) {
 namespace kiln {
 
 // kiln.Linear: one oneDNN matmul, A folded to [M, K], with the bias as its
-// bias argument, the activation as an eltwise post-op and the residual as a
-// binary-add post-op: Y is written once.
+// bias argument and the epilogue as post-ops: Y is written once.
 Status cpu_Linear(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
   if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
-  const TensorView *bias = ctx.input(2), *residual = ctx.input(3);
+  const TensorView* bias = ctx.input(2);
   TensorView& y = *ctx.output(0);
   const int64_t k = w.shape[0], n = w.shape[1];
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
   const int64_t m = a.numel() / k;
-  const std::string act = ctx.attrs().get_string("activation", "none");
   return guard_dnnl(ctx, [&] {
-    dnnl::primitive_attr attr = user_scratchpad_attr();
-    dnnl::post_ops ops;
-    if (act != "none") {
-      const dnnl::algorithm alg = act == "gelu"        ? dnnl::algorithm::eltwise_gelu_erf
-                                  : act == "gelu_tanh" ? dnnl::algorithm::eltwise_gelu_tanh
-                                  : act == "swish"     ? dnnl::algorithm::eltwise_swish
-                                                       : dnnl::algorithm::eltwise_relu;
-      ops.append_eltwise(1.0f, alg, act == "swish" ? ctx.attrs().get_float("alpha", 1.0f) : 0.0f, 0.0f);
-    }
-    const memory::desc yd = plain_desc({m, n});
-    if (residual) ops.append_binary(dnnl::algorithm::binary_add, yd);
-    attr.set_post_ops(ops);
-    const memory::desc ad = plain_desc({m, k}), wd = plain_desc({k, n});
+    const memory::desc ad = plain_desc({m, k}), wd = plain_desc({k, n}), yd = plain_desc({m, n});
     const memory::desc bd = bias ? plain_desc({1, n}) : memory::desc();
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, weights_desc(ctx, 1, wd), bd, yd), attr, ctx.cpu->engine);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, weights_desc(ctx, 1, wd), bd, yd),
+                                    epilogue_attr(ctx, yd), ctx.cpu->engine);
     Args args{{DNNL_ARG_SRC, bind(ctx, ad, a.data)}, {DNNL_ARG_WEIGHTS, bind(ctx, wd, w.data)},
               {DNNL_ARG_DST, bind(ctx, yd, y.data)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, bind(ctx, bd, bias->data));
-    if (residual)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(act != "none" ? 1 : 0) | DNNL_ARG_SRC_1, bind(ctx, yd, residual->data));
+    add_residual_arg(ctx, yd, args);
     return execute<dnnl::matmul>(ctx, pd, std::move(args));
   });
 }
+
+Status cpu_FusedConv(KernelContext& ctx) { return conv_cpu(ctx, false); }
 
 }  // namespace kiln

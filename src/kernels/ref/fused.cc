@@ -44,7 +44,7 @@ Status ref_GroupNorm(KernelContext& ctx) {
   const double eps = ctx.attrs().get_float("epsilon", 1e-5f);
   const bool silu = ctx.attrs().get_string("activation", "none") == "silu";
   const int64_t batch = x.shape[0], channels = x.shape[1];
-  const int64_t spatial = batch * channels ? x.numel() / (batch * channels) : 0;
+  const int64_t spatial = batch * channels != 0 ? x.numel() / (batch * channels) : 0;
   const int64_t per_group = channels / groups * spatial;
   const float *in = x.as<float>(), *scale = ctx.input(1)->as<float>(), *bias = ctx.input(2)->as<float>();
   float* out = ctx.output(0)->as<float>();

@@ -207,26 +207,51 @@ Status ref_Einsum(KernelContext& ctx) {
 
 namespace kiln {
 
-// kiln.Linear: each row of Y = act(row of A x W + bias) + residual, in double.
-Status ref_Linear(KernelContext& ctx) {
-  const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
-  const TensorView *bias = ctx.input(2), *residual = ctx.input(3);
-  TensorView& y = *ctx.output(0);
-  if (a.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(a.dtype));
+namespace {
+
+// kiln.Linear's and kiln.Conv's epilogue on one value.
+double activate(const std::string& act, double alpha, double v) {
+  if (act == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  if (act == "gelu_tanh") return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  if (act == "swish") return v / (1 + std::exp(-alpha * v));
+  if (act == "relu") return std::max(v, 0.0);
+  return v;
+}
+
+// y = act(y) + residual (input 3), elementwise over the output.
+void apply_epilogue(KernelContext& ctx) {
   const std::string act = ctx.attrs().get_string("activation", "none");
   const double alpha = ctx.attrs().get_float("alpha", 1.0f);
-  const int64_t k = w.shape[0], n = w.shape[1], rows = k ? a.numel() / k : y.numel() / std::max<int64_t>(n, 1);
+  const TensorView* residual = ctx.input(3);
+  TensorView& y = *ctx.output(0);
+  for (int64_t i = 0; i < y.numel(); ++i)
+    y.as<float>()[i] = float(activate(act, alpha, y.as<float>()[i]) + (residual ? residual->as<float>()[i] : 0.0));
+}
+
+}  // namespace
+
+// kiln.Linear: each row of Y = act(row of A x W + bias) + residual, in double
+// up to the epilogue.
+Status ref_Linear(KernelContext& ctx) {
+  const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
+  const TensorView* bias = ctx.input(2);
+  TensorView& y = *ctx.output(0);
+  if (a.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(a.dtype));
+  const int64_t k = w.shape[0], n = w.shape[1], rows = n ? y.numel() / n : 0;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double v = bias ? bias->as<float>()[j] : 0.0;
       for (int64_t p = 0; p < k; ++p) v += double(a.as<float>()[i * k + p]) * w.as<float>()[p * n + j];
-      if (act == "gelu") v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-      else if (act == "gelu_tanh") v = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-      else if (act == "swish") v = v / (1 + std::exp(-alpha * v));
-      else if (act == "relu") v = std::max(v, 0.0);
-      if (residual) v += residual->as<float>()[i * n + j];
       y.as<float>()[i * n + j] = float(v);
     }
+  apply_epilogue(ctx);
+  return ok_status();
+}
+
+Status ref_FusedConv(KernelContext& ctx) {
+  if (ctx.input(0)->dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(ctx.input(0)->dtype));
+  KILN_RETURN_IF_ERROR(conv_ref<float>(ctx, false));
+  apply_epilogue(ctx);
   return ok_status();
 }
 
