@@ -280,7 +280,7 @@ TEST(Fusion, LinearWithActivationAndResidual) {
   }
 }
 
-TEST(Fusion, ConvWithResidual) {
+TEST(Fusion, ConvWithActivation) {
   auto counts = fuse_and_compare(
       [](Builder& b) {
         Value* x = b.input("x", {1, 4, 6, 6});
@@ -290,10 +290,11 @@ TEST(Fusion, ConvWithResidual) {
         conv.set("kernel_shape", std::vector<int64_t>{3, 3});
         conv.set("pads", std::vector<int64_t>{1, 1, 1, 1});
         Value* h = b.node(OpKind::kConv, {x, b.constant({4, 4, 3, 3}, w), b.constant({4}, {0.1f, -0.2f, 0.3f, 0})}, conv);
-        b.g.mark_output(b.node(OpKind::kAdd, {x, h}));  // the ResNet skip
+        // The SiLU is fused; the ResNet skip Add is not (see fuse_conv.cc).
+        b.g.mark_output(b.node(OpKind::kAdd, {x, b.node(OpKind::kSilu, {h})}));
       },
       "fuse_conv", 1);
-  EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kFusedConv, 1}}));
+  EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kFusedConv, 1}, {OpKind::kAdd, 1}}));
 }
 
 // Every LayerNorm, GELU, SiLU, GroupNorm and attention pattern in the
@@ -319,11 +320,13 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
       {"unet",  // 7 transformer blocks (self + cross attention, GEGLU); 24 GroupNorms, 17 followed by SiLU
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},
         {{"fuse_layer_norm", 21}, {"fuse_gelu", 7}, {"fuse_attention", 14}, {"fuse_silu", 19},
-         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_residual", 21}}}},
+         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_residual", 21},
+         {"fuse_conv", 0}}}},
       {"vae_decoder",  // 14 GroupNorms, 13 followed by SiLU; one mid-block attention
        {{{"batch", 1}, {"height", 8}, {"width", 8}},
         {{"fuse_layer_norm", 0}, {"fuse_gelu", 0}, {"fuse_attention", 1}, {"fuse_silu", 13},
-         {"fuse_group_norm", 14}, {"fuse_group_norm_with_silu", 13}, {"fuse_linear", 4}}}},
+         {"fuse_group_norm", 14}, {"fuse_group_norm_with_silu", 13}, {"fuse_linear", 4},
+         {"fuse_conv", 0}}}},
   };
   const std::set<OpKind> pieces = {OpKind::kReduceMean, OpKind::kErf, OpKind::kTanh, OpKind::kSigmoid,
                                    OpKind::kSoftmax, OpKind::kInstanceNormalization};

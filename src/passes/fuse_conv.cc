@@ -1,7 +1,11 @@
-// Conv fusion: a Conv followed by an activation and/or a residual Add
-// (match.h's Epilogue; the ResNet blocks of SD's UNet and VAE end in
-// conv2 + skip) becomes one kiln.Conv: oneDNN applies them as post-ops while
-// the output tile is in registers, so the conv output is written once.
+// Conv fusion: a Conv followed by an activation becomes one kiln.Conv;
+// oneDNN applies it as a post-op while the output tile is in registers.
+//
+// A residual Add (the conv2 + skip that ends SD's ResNet blocks) is left
+// alone although kiln.Conv can take one: as a binary post-op on the plain
+// (NCHW) layouts kiln convolves in, oneDNN 2.6's gemm convolution got slower,
+// not faster (measured: the reference UNet's graph run 2.87 ms -> 4.47 ms, the
+// VAE decoder 1.14 -> 1.95 ms, `kiln bench` on tests/models).
 #include "passes/match.h"
 #include "passes/pass.h"
 
@@ -14,8 +18,13 @@ Status fuse_conv(Graph& graph, PassStats* stats) {
   for (Node* conv : nodes_of(graph, {OpKind::kConv})) {
     Value* out = conv->outputs[0];
     if (out->dtype != DType::kF32 || !static_shape(out)) continue;
-    const Epilogue e = match_epilogue(out, conv, order);
-    if (e.nodes.empty()) continue;
+    Epilogue e = match_epilogue(out, conv, order);
+    if (e.activation == "none") continue;
+    if (e.residual) {  // keep the activation only (see above)
+      e.residual = nullptr;
+      e.nodes.resize(1);
+      e.out = e.nodes[0]->outputs[0];
+    }
     std::vector<Value*> inputs = {conv->inputs[0], conv->inputs[1], conv->input(2)};
     Attributes attrs = conv->attrs;
     set_epilogue(e, attrs, inputs);

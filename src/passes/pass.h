@@ -55,7 +55,7 @@ Status fuse_attention(Graph& graph, PassStats* stats);
 // MatMul by a constant weight, bias Add, optional activation and residual
 // Add -> kiln.Linear (one oneDNN matmul with post-ops).
 Status fuse_linear(Graph& graph, PassStats* stats);
-// Conv, then an activation and/or a residual Add -> kiln.Conv (post-ops).
+// Conv, then an activation -> kiln.Conv (a oneDNN post-op).
 Status fuse_conv(Graph& graph, PassStats* stats);
 
 // Not a pipeline pass, since it takes the signature: fixes symbolic input
