@@ -245,6 +245,18 @@ TEST(Fusion, AttentionWithHeadSplitAndMerge) {
   }
 }
 
+TEST(Fusion, Geglu) {
+  auto counts = fuse_and_compare(
+      [](Builder& b) {
+        Value* h = b.input("h", {2, 6, 16});
+        Value* a = b.node(OpKind::kSlice, {h, b.ints({0}), b.ints({8}), b.ints({-1})});
+        Value* g = b.node(OpKind::kSlice, {h, b.ints({8}), b.ints({16}), b.ints({-1})});
+        b.g.mark_output(b.node(OpKind::kMul, {a, b.node(OpKind::kGelu, {g})}));
+      },
+      "fuse_geglu", 1);
+  EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kGeglu, 1}}));
+}
+
 TEST(Fusion, AdaLayerNorm) {
   auto counts = fuse_and_compare(
       [](Builder& b) {
@@ -321,7 +333,7 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},
         {{"fuse_layer_norm", 21}, {"fuse_gelu", 7}, {"fuse_attention", 14}, {"fuse_silu", 19},
          {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_residual", 21},
-         {"fuse_conv", 0}}}},
+         {"fuse_conv", 0}, {"fuse_geglu", 7}}}},
       {"vae_decoder",  // 14 GroupNorms, 13 followed by SiLU; one mid-block attention
        {{{"batch", 1}, {"height", 8}, {"width", 8}},
         {{"fuse_layer_norm", 0}, {"fuse_gelu", 0}, {"fuse_attention", 1}, {"fuse_silu", 13},

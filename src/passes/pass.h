@@ -44,6 +44,8 @@ Status fuse_layer_norm(Graph& graph, PassStats* stats);
 Status fuse_adaln(Graph& graph, PassStats* stats);
 // GELU in its exact (erf), tanh and sigmoid (QuickGELU) forms -> kiln.Gelu.
 Status fuse_gelu(Graph& graph, PassStats* stats);
+// Slice halves of a projection, GELU of one times the other -> kiln.Geglu.
+Status fuse_geglu(Graph& graph, PassStats* stats);
 // x sigmoid(x) and x sigmoid(a x) -> kiln.Silu.
 Status fuse_silu(Graph& graph, PassStats* stats);
 // Reshape, InstanceNormalization, Reshape, optional affine (and a SiLU that

@@ -14,6 +14,7 @@ constexpr PassInfo kPipeline[] = {
     {"fuse_layer_norm", fuse_layer_norm},
     {"fuse_adaln", fuse_adaln},  // after fuse_layer_norm, whose LayerNorms it extends
     {"fuse_gelu", fuse_gelu},
+    {"fuse_geglu", fuse_geglu},  // after fuse_gelu, whose kiln.Gelu it matches
     {"fuse_silu", fuse_silu},  // after fuse_gelu, which claims x sigmoid(1.702 x)
     {"fuse_group_norm", fuse_group_norm},  // after fuse_silu, whose SiLUs it absorbs
     {"fuse_attention", fuse_attention},

@@ -37,6 +37,18 @@ TEST(Fused, GeluReferenceValues) {
   EXPECT_EQ(gelu("none")[1], 0.0);
 }
 
+TEST(Fused, Geglu) {
+  for (const char* form : {"none", "tanh"}) {
+    check_op({std::string("small ") + form, OpKind::kGeglu, attrs({{"approximate", std::string(form)}}), {f32({3, 5, 14}, -4, 4)}});
+    check_op({std::string("threaded ") + form, OpKind::kGeglu, attrs({{"approximate", std::string(form)}}),
+              {f32({2, 512, 320}, -4, 4)}});
+  }
+  // [a0, a1, g0, g1] -> [a0 gelu(g0), a1 gelu(g1)]
+  const std::vector<double> got = reference_values({"two", OpKind::kGeglu, {}, {exact({1, 4}, {2, 3, 1, 0})}});
+  EXPECT_NEAR(got[0], 2 * 0.8413447, 1e-6);
+  EXPECT_EQ(got[1], 0.0);
+}
+
 TEST(Fused, Silu) {
   check_op({"silu", OpKind::kSilu, {}, {f32({5, 9}, -20, 20)}});
   check_op({"alpha", OpKind::kSilu, attrs({{"alpha", 1.702f}}), {f32({2, 3, 1000}, -8, 8)}});

@@ -24,6 +24,21 @@ Status infer_Gelu(InferContext& ctx) {
 
 Status infer_Silu(InferContext& ctx) { return same_shape_f32(ctx); }
 
+Status infer_Geglu(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, {DType::kF32}));
+  const std::string form = ctx.attrs().get_string("approximate", "none");
+  if (form != "none" && form != "tanh") return ctx.error("approximate must be none or tanh, got '{}'", form);
+  std::optional<SymShape> out = ctx.input(0).shape;
+  if (out) {
+    if (out->empty()) return ctx.error("X must have rank >= 1");
+    Dim& last = out->back();
+    if (last.known() && last.value % 2 != 0) return ctx.error("the last dim {} does not split in halves", last.value);
+    last = last.known() ? Dim(last.value / 2) : Dim();
+  }
+  set_output(ctx, 0, DType::kF32, std::move(out));
+  return ok_status();
+}
+
 Status infer_GroupNorm(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 0, {DType::kF32}));
   for (size_t i : {1, 2}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));

@@ -32,6 +32,21 @@ Status ref_Gelu(KernelContext& ctx) {
   return map_f32(ctx, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
 }
 
+Status ref_Geglu(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const bool tanh_form = ctx.attrs().get_string("approximate", "none") == "tanh";
+  const int64_t half = x.shape.back() / 2, rows = half ? ctx.output(0)->numel() / half : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < half; ++j) {
+      const double a = x.as<float>()[r * 2 * half + j], g = x.as<float>()[r * 2 * half + half + j];
+      const double gelu = tanh_form ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
+                                    : 0.5 * g * (1 + std::erf(g / std::sqrt(2.0)));
+      ctx.output(0)->as<float>()[r * half + j] = float(a * gelu);
+    }
+  return ok_status();
+}
+
 Status ref_Silu(KernelContext& ctx) {
   const double alpha = ctx.attrs().get_float("alpha", 1.0f);
   return map_f32(ctx, [alpha](double v) { return v * sigmoid(alpha * v); });
