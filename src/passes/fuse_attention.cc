@@ -50,8 +50,7 @@ bool leads_to_scores(const Value* v) {
 // Q, Kᵀ and V have static shapes with the same batch dims (attention does
 // not broadcast them, MatMul would).
 bool same_batch_dims(const Value* q, const Value* kt, const Value* v) {
-  auto shape = [](const Value* x) { return x->shape ? sym_shape_concrete(*x->shape) : std::nullopt; };
-  const auto qs = shape(q), ks = shape(kt), vs = shape(v);
+  const auto qs = static_shape(q), ks = static_shape(kt), vs = static_shape(v);
   if (!qs || !ks || !vs) return false;
   for (size_t d = 0; d + 2 < qs->size(); ++d)
     if ((*qs)[d] != (*ks)[d] || (*qs)[d] != (*vs)[d]) return false;

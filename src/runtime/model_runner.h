@@ -45,7 +45,6 @@ struct RunnerOptions {
 struct RunnerStats {
   int64_t plan_hits = 0, plan_misses = 0;
   double compile_ms = 0;          // summed over misses
-  size_t input_copy_bytes = 0;    // inputs are bound by pointer: stays 0
   size_t output_clone_bytes = 0;  // safe_output copies
   double output_clone_ms = 0;
 };
