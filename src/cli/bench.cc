@@ -139,11 +139,8 @@ Status bench(const BenchOptions& opt) {
   RunProfile profile;
   KILN_RETURN_IF_ERROR(plan.run(&profile));
   std::map<std::string, int64_t> allocations_by_op;
-  int64_t allocations_in_kiln = 0;
-  for (const StepProfile& step : profile.steps) {
+  for (const StepProfile& step : profile.steps)
     if (step.heap_allocations > 0) allocations_by_op[std::string(op_name(step.node->op))] += step.heap_allocations;
-    if (!cpu_kernel_uses_onednn(step.node->op)) allocations_in_kiln += std::max<int64_t>(step.heap_allocations, 0);
-  }
 
   const PlanStats& st = plan.stats();
   nlohmann::ordered_json j;
@@ -167,8 +164,6 @@ Status bench(const BenchOptions& opt) {
   else
     j["replay_heap_allocations"] = nullptr;  // no counter (sanitizer build)
   j["replay_heap_allocations_by_op"] = allocations_by_op;
-  // Outside oneDNN's primitive execution (see cpu_kernel_uses_onednn): 0.
-  j["replay_heap_allocations_outside_onednn"] = allocations_in_kiln;
   j["input_copy_bytes"] = 0;  // inputs are bound by pointer; Plan has no copy path for them
   j["output_clone_bytes"] = replay_runs ? output_clone_bytes / size_t(replay_runs) : 0;
   j["output_copy_bytes"] = plan.output_copy_bytes();

@@ -68,9 +68,5 @@ using KernelFn = Status (*)(KernelContext&);
 KernelFn ref_kernel(OpKind op);
 KernelFn cpu_kernel(OpKind op);
 
-// Ops whose CPU kernel executes oneDNN primitives. oneDNN 2.6's primitive
-// execution allocates a few small objects per call inside the library (its
-// argument map, parallel closures); every other kernel allocates nothing.
-bool cpu_kernel_uses_onednn(OpKind op);
 
 }  // namespace kiln

@@ -20,19 +20,4 @@ static_assert(std::size(kRefKernels) == kOpCount && std::size(kCpuKernels) == kO
 KernelFn ref_kernel(OpKind op) { return kRefKernels[static_cast<int>(op)]; }
 KernelFn cpu_kernel(OpKind op) { return kCpuKernels[static_cast<int>(op)]; }
 
-bool cpu_kernel_uses_onednn(OpKind op) {
-  switch (op) {
-    case OpKind::kMatMul:
-    case OpKind::kGemm:
-    case OpKind::kConv:
-    case OpKind::kConvTranspose:
-    case OpKind::kEinsum:
-    case OpKind::kLinear:
-    case OpKind::kFusedConv:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace kiln

@@ -103,30 +103,36 @@ TEST(Fused, ModulatedLayerNorm) {
   check_op({"threaded", OpKind::kModulatedLayerNorm, {}, {f32({2, 256, 384}), f32({2, 1, 384}), f32({2, 1, 384})}});
 }
 
+// kiln.Conv and kiln.Linear run kiln's GEMM with a weight packed per call
+// eagerly and once in a plan: both are checked.
+bool check_op_both(const OpCase& c) { return check_op(c) && check_op_in_plan(c); }
+
 TEST(Fused, Conv) {
   const Attributes conv3 = attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
   for (const char* act : {"none", "swish", "gelu"}) {
     Attributes a = conv3;
     a.set("activation", std::string(act));
-    check_op({std::string("3x3 ") + act, OpKind::kFusedConv, a, {f32({1, 8, 9, 9}), f32({16, 8, 3, 3}), f32({16})}});
-    check_op({std::string("3x3 residual ") + act, OpKind::kFusedConv, a,
+    check_op_both({std::string("3x3 ") + act, OpKind::kFusedConv, a, {f32({1, 8, 9, 9}), f32({16, 8, 3, 3}), f32({16})}});
+    check_op_both({std::string("3x3 residual ") + act, OpKind::kFusedConv, a,
               {f32({2, 4, 6, 7}), f32({4, 4, 3, 3}), f32({4}), f32({2, 4, 6, 7})}});
   }
   Attributes strided = attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2, 2}},
                               {"activation", std::string("relu")}});
-  check_op({"1x1 strided, no bias, residual", OpKind::kFusedConv, strided,
+  check_op_both({"1x1 strided, no bias, residual", OpKind::kFusedConv, strided,
             {f32({1, 6, 8, 8}), f32({5, 6, 1, 1}), absent(), f32({1, 5, 4, 4})}});
 }
 
 TEST(Fused, Linear) {
   for (const char* act : {"none", "gelu", "gelu_tanh", "swish", "relu"}) {
-    check_op({std::string("bias ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}, {"alpha", 1.702f}}),
+    check_op_both({std::string("bias ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}, {"alpha", 1.702f}}),
               {f32({2, 9, 33}), f32({33, 20}), f32({20})}});
-    check_op({std::string("residual ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}}),
+    check_op_both({std::string("residual ") + act, OpKind::kLinear, attrs({{"activation", std::string(act)}}),
               {f32({4, 64}), f32({64, 48}), f32({48}), f32({4, 48})}});
   }
-  check_op({"large, threaded", OpKind::kLinear, attrs({{"activation", std::string("gelu")}}),
+  check_op_both({"large, threaded", OpKind::kLinear, attrs({{"activation", std::string("gelu")}}),
             {f32({2, 128, 256}), f32({256, 192}), f32({192}), f32({2, 128, 192})}, 1, 1e-4});
+  check_op_both({"ragged, deep", OpKind::kLinear, attrs({{"activation", std::string("gelu_tanh")}}),
+                 {f32({13, 300}), f32({300, 70}), f32({70}), f32({13, 70})}, 1, 1e-4});
 }
 
 }  // namespace

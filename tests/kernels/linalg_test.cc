@@ -1,5 +1,6 @@
-// MatMul, Gemm, Conv, ConvTranspose, Einsum: CPU (oneDNN) against the
-// reference, the reference against hand-computed values, and inference errors.
+// MatMul, Gemm, Conv, ConvTranspose, Einsum: CPU (kiln's GEMM, oneDNN)
+// against the reference, eagerly and in a compiled plan; the reference
+// against hand-computed values; and inference errors.
 #include <gtest/gtest.h>
 
 #include "ir/shape_inference.h"
@@ -34,7 +35,7 @@ TEST(Linalg, MatMul) {
       {"zero batch", OpKind::kMatMul, {}, {f32({0, 3, 4}), f32({4, 5})}},
       {"zero inner dim", OpKind::kMatMul, {}, {f32({3, 0}), f32({0, 5})}},
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 TEST(Linalg, Gemm) {
@@ -58,7 +59,7 @@ TEST(Linalg, Gemm) {
       {"zero inner dim", OpKind::kGemm, attrs({{"beta", 2.0f}}), {f32({3, 0}), f32({0, 5}), f32({5})}},
       {"zero rows", OpKind::kGemm, {}, {f32({0, 4}), f32({4, 5}), f32({5})}},
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 using AttrList = std::vector<std::pair<std::string, AttributeValue>>;
@@ -97,7 +98,7 @@ TEST(Linalg, Conv) {
       conv("3-d", {{"pads", Ints{1, 1, 1, 1, 1, 1}}}, {f32({1, 2, 4, 5, 6}), f32({3, 2, 3, 3, 3}), f32({3})}),
       conv("zero batch", {}, {f32({0, 2, 5, 5}), f32({3, 2, 3, 3})}),
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 TEST(Linalg, ConvTranspose) {
@@ -131,7 +132,7 @@ TEST(Linalg, ConvTranspose) {
              {f32({1, 2, 3, 4, 3}), f32({2, 3, 3, 2, 3}), f32({3})}),
       deconv("zero batch", {}, {f32({0, 2, 3, 3}), f32({2, 2, 3, 3})}),
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 TEST(Linalg, Einsum) {
@@ -168,7 +169,7 @@ TEST(Linalg, Einsum) {
       einsum("ij->i", {typed(DType::kF64, {3, 4})}),
       einsum("bij,bjk->bik", {typed(DType::kF64, {2, 3, 4}), typed(DType::kF64, {2, 4, 2})}),
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 // Shapes Stable Diffusion's UNet/VAE and DiT use, scaled down to keep the
@@ -187,10 +188,18 @@ TEST(Linalg, DiffusionShapes) {
       {"projection [B,N,C]x[C,C2]", OpKind::kMatMul, {}, {f32({2, 256, 320}), f32({320, 640})}, 1, kConvTolerance},
       {"time embedding linear", OpKind::kGemm, attrs({{"transB", i(1)}}),
        {f32({2, 320}), f32({1280, 320}), f32({1280})}, 1, kConvTolerance},
+      // Past one K slice of the GEMM (256), with rows and columns that fill
+      // neither a tile nor a panel.
+      {"ragged, deep", OpKind::kMatMul, {}, {f32({3, 37, 600}), f32({600, 70})}, 1, kConvTolerance},
+      {"ragged, deep, batched", OpKind::kMatMul, {}, {f32({3, 13, 300}), f32({3, 300, 21})}, 1, kConvTolerance},
+      {"ragged, deep gemm", OpKind::kGemm, attrs({{"transA", i(1)}, {"transB", i(1)}, {"alpha", 0.5f}, {"beta", 2.0f}}),
+       {f32({300, 13}), f32({70, 300}), f32({70})}, 1, kConvTolerance},
+      {"conv, deep", OpKind::kConv, attrs({{"pads", Ints{1, 1, 1, 1}}}),
+       {f32({1, 40, 7, 9}), f32({19, 40, 3, 3}), f32({19})}, 1, kConvTolerance},
       {"attention einsum", OpKind::kEinsum, attrs({{"equation", s("bhid,bhjd->bhij")}}),
        {f32({2, 8, 64, 40}), f32({2, 8, 77, 40})}, 1, kConvTolerance},
   };
-  for (const OpCase& c : rows) check_op(c);
+  for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }
 
 std::vector<double> values_of(const Tensor& t) {

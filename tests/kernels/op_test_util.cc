@@ -1,9 +1,11 @@
 #include "op_test_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "runtime/eager_executor.h"
+#include "runtime/plan.h"
 
 namespace kiln::testing {
 
@@ -33,7 +35,10 @@ struct Built {
   NamedTensors inputs;
 };
 
-Built build(const OpCase& c) {
+// The one-node graph of `c`. With `constants`, every input after the first
+// is a constant (a weight, as a compiled plan sees one); the values are the
+// same either way.
+Built build(const OpCase& c, bool constants = false) {
   Built b;
   std::mt19937_64 rng(1234);
   std::vector<Value*> ins;
@@ -43,8 +48,13 @@ Built build(const OpCase& c) {
       continue;
     }
     std::string name = "in" + std::to_string(i);
+    Tensor t = make_input(c.inputs[i], rng);
+    if (constants && i > 0) {
+      ins.push_back(b.graph.add_constant(name, std::move(t)));
+      continue;
+    }
     ins.push_back(b.graph.add_input(name, c.inputs[i].dtype, sym_shape_from(c.inputs[i].shape)));
-    b.inputs.emplace_back(name, make_input(c.inputs[i], rng));
+    b.inputs.emplace_back(name, std::move(t));
   }
   std::vector<Value*> outs;
   for (int i = 0; i < c.num_outputs; ++i) outs.push_back(b.graph.add_value("out" + std::to_string(i)));
@@ -68,6 +78,31 @@ std::vector<Tensor> run_reference(const OpCase& c) {
   return out.ok() ? std::move(out).value() : std::vector<Tensor>{};
 }
 
+namespace {
+
+// The outputs of `b` compiled into a plan and run `runs` times (the first
+// run records each step's state, later ones replay it); those of the last run.
+Result<std::vector<Tensor>> run_plan(Built& b, int runs) {
+  std::vector<std::pair<std::string, Shape>> signature;
+  for (const auto& [name, t] : b.inputs) signature.emplace_back(name, t.shape());
+  KILN_ASSIGN_OR_RETURN(auto dims, input_dims(b.graph, signature));
+  KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(b.graph), {.dims = dims}));
+  for (const auto& [name, t] : b.inputs) KILN_RETURN_IF_ERROR(plan->bind_input(name, t.view()));
+  for (int r = 0; r < runs; ++r) KILN_RETURN_IF_ERROR(plan->run());
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < plan->outputs().size(); ++i) {
+    const TensorView& v = plan->output(i);
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(v.dtype, v.shape));
+    std::memcpy(t.data<void>(), v.data, v.nbytes());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+bool expect_close(const OpCase& c, const std::vector<Tensor>& ref, const std::vector<Tensor>& cpu);
+
+}  // namespace
+
 bool check_op(const OpCase& c) {
   SCOPED_TRACE(c.label);
   Built b = build(c);
@@ -76,9 +111,26 @@ bool check_op(const OpCase& c) {
   EXPECT_TRUE(ref.ok()) << "reference: " << ref.status().message();
   EXPECT_TRUE(cpu.ok()) << "cpu: " << cpu.status().message();
   if (!ref.ok() || !cpu.ok()) return false;
-  for (size_t k = 0; k < ref->size(); ++k) {
-    const Tensor& r = (*ref)[k];
-    const Tensor& g = (*cpu)[k];
+  return expect_close(c, *ref, *cpu);
+}
+
+bool check_op_in_plan(const OpCase& c) {
+  SCOPED_TRACE(c.label + " (in a plan, inputs after the first constant)");
+  Built b = build(c);
+  auto ref = run(b, KernelSet::kReference);
+  Built with_constants = build(c, true);
+  auto plan = run_plan(with_constants, 3);
+  EXPECT_TRUE(ref.ok()) << "reference: " << ref.status().message();
+  EXPECT_TRUE(plan.ok()) << "plan: " << plan.status().message();
+  return ref.ok() && plan.ok() && expect_close(c, *ref, *plan);
+}
+
+namespace {
+
+bool expect_close(const OpCase& c, const std::vector<Tensor>& ref, const std::vector<Tensor>& cpu) {
+  for (size_t k = 0; k < ref.size(); ++k) {
+    const Tensor& r = ref[k];
+    const Tensor& g = cpu[k];
     EXPECT_EQ(r.dtype(), g.dtype()) << "output " << k;
     EXPECT_EQ(r.shape(), g.shape()) << "output " << k;
     if (r.dtype() != g.dtype() || r.shape() != g.shape()) return false;
@@ -98,6 +150,8 @@ bool check_op(const OpCase& c) {
   }
   return true;
 }
+
+}  // namespace
 
 Attributes attrs(std::initializer_list<std::pair<std::string, AttributeValue>> items) {
   Attributes a;

@@ -47,6 +47,11 @@ struct OpCase {
 // Runs both kernel sets and compares every output (shape, dtype, values).
 // Reports failures through gtest; returns false if either run failed.
 bool check_op(const OpCase& c);
+// The same comparison with the CPU kernel run in a compiled plan, its inputs
+// after the first made constants (weights): the plan's passes apply, the
+// first run records each step's state (packed weights, oneDNN primitives)
+// and the result compared is that of a later run, which replays it.
+bool check_op_in_plan(const OpCase& c);
 
 // Runs only the reference kernels and returns the outputs (for tests that
 // check the reference itself against hand-computed values).

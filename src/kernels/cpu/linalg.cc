@@ -1,16 +1,23 @@
-// CPU kernels for the linalg ops (see kernels/kernel.h), f32 through oneDNN:
-// matmul for MatMul/Gemm/Einsum, convolution and deconvolution for Conv and
-// ConvTranspose. Memory descriptors are plain (strided) layouts over the
-// caller's buffers, so nothing is copied in or out.
+// CPU kernels for the linalg ops (see kernels/kernel.h), f32.
 //
-// Eagerly, the primitive is created on every call (oneDNN's primitive cache
-// makes the repeat cheap). In a compiled plan the first call records the
+// MatMul, Gemm, kiln.Linear and 1-D/2-D ungrouped Conv run on kiln's own
+// GEMM (kernels/cpu/gemm.h), which allocates nothing: a constant weight is
+// packed once into a plan step's state (or into scratch on each eager call),
+// a convolution packs its input patches (im2col) chunk by chunk into
+// scratch. The rest (grouped and 3-D Conv, ConvTranspose, Einsum) runs
+// through oneDNN, with plain (strided) memory descriptors over the caller's
+// buffers, so nothing is copied in or out.
+//
+// Eagerly, a oneDNN primitive is created on every call (oneDNN's primitive
+// cache makes the repeat cheap). In a compiled plan the first call records the
 // primitive, its memory objects and constant weights re-laid out in the
 // primitive's preferred (blocked) format; later calls only point the memory
-// objects at this run's buffers and execute (see DnnlReplay).
+// objects at this run's buffers and execute (see DnnlReplay). Those executions
+// allocate inside oneDNN; the GEMM paths do not.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -18,6 +25,7 @@
 
 #include "ir/infer/linalg.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
 
@@ -266,39 +274,125 @@ void copy_strided(const float* src, const Shape& src_strides, float* dst, const 
 
 }  // namespace
 
+namespace {
+
+// A constant B operand packed once by a plan step's first call (gemm.h).
+struct PackedOperand final : KernelState {
+  float* data = nullptr;
+  size_t floats = 0;
+  ~PackedOperand() override { std::free(data); }
+  size_t owned_bytes() const override { return floats * sizeof(float); }
+};
+
+// B, element (t, j) at b[t * row_stride + j * col_stride], packed for the
+// GEMM and scaled by `scale`: from the step's state when a plan packed it
+// already, into the state when input `index` is a constant this step
+// records, else into scratch.
+Result<const float*> packed_operand(KernelContext& ctx, size_t index, const float* b, int64_t row_stride,
+                                    int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
+  if (ctx.state && *ctx.state)
+    if (const auto* p = dynamic_cast<const PackedOperand*>(ctx.state->get())) return p->data;
+  const int64_t floats = gemm::packed_floats(k, n);
+  float* packed = nullptr;
+  if (packs_weight(ctx, index)) {
+    auto state = std::make_unique<PackedOperand>();
+    state->floats = size_t(floats);
+    state->data = static_cast<float*>(std::aligned_alloc(64, (size_t(floats) * sizeof(float) + 63) / 64 * 64));
+    if (!state->data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
+    packed = state->data;
+    *ctx.state = std::move(state);
+  } else {
+    KILN_ASSIGN_OR_RETURN(packed, scratch_floats(ctx, floats, "a packed operand"));
+  }
+  gemm::pack(b, row_stride, col_stride, k, n, packed, scale);
+  return static_cast<const float*>(packed);
+}
+
+// kiln.Linear's and kiln.Conv's epilogue: bias (input 2), activation,
+// residual (input 3, shaped like the output).
+gemm::Epilogue fused_epilogue(const KernelContext& ctx, bool bias_per_row) {
+  gemm::Epilogue e;
+  if (const TensorView* bias = ctx.input(2)) e.bias = bias->as<float>();
+  e.bias_per_row = bias_per_row;
+  if (ctx.node->op == OpKind::kLinear || ctx.node->op == OpKind::kFusedConv) {
+    const std::string act = ctx.attrs().get_string("activation", "none");
+    e.activate = act != "none";
+    e.activation = act == "gelu"        ? simd::UnaryF32::kGelu
+                   : act == "gelu_tanh" ? simd::UnaryF32::kGeluTanh
+                   : act == "swish"     ? simd::UnaryF32::kSilu
+                                        : simd::UnaryF32::kRelu;
+    if (act == "swish") e.params.alpha = ctx.attrs().get_float("alpha", 1.0f);
+    if (const TensorView* residual = ctx.input(3)) e.residual = residual->as<float>();
+  }
+  return e;
+}
+
+// Scratch for one packed B per thread, for batches run side by side.
+int64_t thread_slots() { return omp_get_max_threads(); }
+
+}  // namespace
+
 Status cpu_MatMul(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
-  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &a = *ctx.input(0), &b = *ctx.input(1);
   TensorView& y = *ctx.output(0);
   if (y.numel() == 0) return ok_status();
-  Shape as = a.shape, bs = b.shape;
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
-  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  // 1-D operands: A a row, B a column (no Shape copies: a replay allocates nothing).
+  const size_t a_rank = a.shape.size(), b_rank = b.shape.size();
+  const int64_t k = a.shape.back(), n = b_rank == 1 ? 1 : b.shape.back();
+  const int64_t m = a_rank == 1 ? 1 : a.shape[a_rank - 2];
   if (k == 0) {
     fill_zero(y);
     return ok_status();
   }
-  // Same rank for both, batch dims of 1 where an operand has fewer.
-  const size_t rank = std::max(as.size(), bs.size());
-  as.insert(as.begin(), rank - as.size(), 1);
-  bs.insert(bs.begin(), rank - bs.size(), 1);
-  Shape ys(rank);
-  for (size_t d = 0; d + 2 < rank; ++d) ys[d] = std::max(as[d], bs[d]);
-  ys[rank - 2] = m, ys[rank - 1] = n;
+  const float *pa = a.as<float>(), *pb = b.as<float>();
+  float* py = y.as<float>();
   // B shared by every batch (a 2-D weight): fold A's batch into its rows,
   // one large GEMM instead of many small ones.
-  if (shape_numel(bs) == k * n) {
-    as = {shape_numel(as) / k, k};
-    bs = {k, n};
-    ys = {as[0], n};
+  if (b.numel() == k * n) {
+    KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, pb, n, 1, k, n));
+    gemm::multiply({a.numel() / k, n, k, pa, k, packed, py, n}, {}, true);
+    return ok_status();
   }
-  if (ys.size() > DNNL_MAX_NDIMS) return ctx.unsupported_error("rank {} is above oneDNN's limit", rank);
-  return guard_dnnl(ctx, [&] {
-    return run_matmul(ctx, plain_desc(as), a.as<float>(), plain_desc(bs), b.as<float>(), plain_desc(ys),
-                      y.as<float>());
-  });
+  // Batched: each output matrix from its (possibly broadcast) A and B. The
+  // batch dims, right-aligned: extents of Y, and A's and B's strides (0 where
+  // one broadcasts).
+  constexpr size_t kMaxBatchDims = 8;
+  const size_t batch_dims = y.shape.size() - (a_rank == 1 || b_rank == 1 ? 1 : 2);
+  if (batch_dims > kMaxBatchDims) return ctx.unsupported_error("{} batch dims (at most {})", batch_dims, kMaxBatchDims);
+  std::array<int64_t, kMaxBatchDims> extent{}, a_step{}, b_step{};
+  for (size_t d = batch_dims, a_stride = size_t(m * k), b_stride = size_t(k * n); d-- > 0;) {
+    extent[d] = y.shape[d];
+    const size_t from_end = batch_dims - d;  // 1 for the innermost batch dim
+    const int64_t a_dim = a_rank >= from_end + 2 ? a.shape[a_rank - 2 - from_end] : 1;
+    const int64_t b_dim = b_rank >= from_end + 2 ? b.shape[b_rank - 2 - from_end] : 1;
+    a_step[d] = a_dim == 1 ? 0 : int64_t(a_stride);
+    b_step[d] = b_dim == 1 ? 0 : int64_t(b_stride);
+    a_stride *= size_t(a_dim), b_stride *= size_t(b_dim);
+  }
+  const int64_t batches = y.numel() / (m * n);
+  const int64_t packed_floats = gemm::packed_floats(k, n);
+  const int64_t slots = batches >= thread_slots() ? thread_slots() : 1;
+  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, slots * packed_floats, "packed operands"));
+  auto one = [&](int64_t batch, float* packed, bool parallel) {
+    int64_t a_offset = 0, b_offset = 0;
+    for (size_t d = batch_dims, rest = size_t(batch); d-- > 0; rest /= size_t(extent[d])) {
+      const int64_t i = int64_t(rest % size_t(extent[d]));
+      a_offset += i * a_step[d];
+      b_offset += i * b_step[d];
+    }
+    gemm::pack(pb + b_offset, n, 1, k, n, packed);
+    const gemm::Problem p{m, n, k, pa + a_offset, k, packed, py + batch * m * n, n};
+    if (parallel) gemm::multiply(p, {}, true);
+    else gemm::block(p, {});
+  };
+  if (slots == 1) {
+    for (int64_t batch = 0; batch < batches; ++batch) one(batch, scratch, true);
+  } else {
+    parallel_for(batches, batches * m * n * k > kParallelWork,
+                 [&](int64_t batch) { one(batch, scratch + omp_get_thread_num() * packed_floats, false); });
+  }
+  return ok_status();
 }
 
 Status cpu_Gemm(KernelContext& ctx) {
@@ -313,7 +407,7 @@ Status cpu_Gemm(KernelContext& ctx) {
   if (y.numel() == 0) return ok_status();
   float* py = y.as<float>();
 
-  // beta * C enters as oneDNN's sum post-op over C broadcast into Y first.
+  // Y = beta * C broadcast first; the products are then added to it.
   const bool add_c = c && beta != 0.0f;
   if (add_c) {
     const int64_t c_rows = c->rank() == 2 ? c->shape[0] : 1;
@@ -321,30 +415,140 @@ Status cpu_Gemm(KernelContext& ctx) {
     const float* pc = c->as<float>();
     parallel_for(m, m * n > kParallelWork, [&](int64_t i) {
       const float* row = pc + (c_rows == 1 ? 0 : i * c_cols);
-      for (int64_t j = 0; j < n; ++j) py[i * n + j] = row[c_cols == 1 ? 0 : j];
+      for (int64_t j = 0; j < n; ++j) py[i * n + j] = beta * row[c_cols == 1 ? 0 : j];
     });
   }
-  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   if (k == 0) {  // no products: Y = beta * C
     if (!add_c) fill_zero(y);
-    else std::for_each(py, py + m * n, [beta](float& v) { v *= beta; });
     return ok_status();
   }
-  return guard_dnnl(ctx, [&] {
-    dnnl::primitive_attr attr = user_scratchpad_attr();
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (add_c) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
-    memory::desc ad = strided_desc({m, k}, trans_a ? Shape{1, m} : Shape{k, 1});
-    memory::desc bd = strided_desc({k, n}, trans_b ? Shape{1, k} : Shape{n, 1});
-    return run_matmul(ctx, ad, a.as<float>(), bd, b.as<float>(), plain_desc({m, n}), py, attr);
-  });
+  const float* pa = a.as<float>();
+  if (trans_a) {  // the GEMM reads A by rows: transpose it into scratch
+    KILN_ASSIGN_OR_RETURN(float* at, scratch_floats(ctx, m * k, "A transposed"));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t t = 0; t < k; ++t) at[i * k + t] = pa[t * m + i];
+    pa = at;
+  }
+  KILN_ASSIGN_OR_RETURN(const float* packed,
+                        packed_operand(ctx, 1, b.as<float>(), trans_b ? 1 : n, trans_b ? k : 1, k, n, alpha));
+  gemm::multiply({m, n, k, pa, k, packed, py, n}, {.accumulate = add_c}, true);
+  return ok_status();
 }
 
 namespace {
+
+// An ungrouped 1-D or 2-D convolution's sizes (1-D as height 1), worked out
+// once: a plan step keeps them as its state, so replays read no attributes.
+struct ConvGeometry final : KernelState {
+  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
+  int64_t out_channels = 0, out_height = 0, out_width = 0;
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
+  int64_t pixels() const { return out_height * out_width; }
+};
+
+const ConvGeometry* geometry_of(const KernelContext& ctx) {
+  return ctx.state ? dynamic_cast<const ConvGeometry*>(ctx.state->get()) : nullptr;
+}
+
+// Packs the input patches of output pixels [p0, p0 + count) of one image
+// (im2col) straight into GEMM panels: row t = (channel, kernel row, kernel
+// column) of B holds, for each pixel, the input value under that tap, 0 in
+// the padding. Only channels [c_begin, c_end): the rows of the others are
+// left to another thread. Pixels of one output row read consecutive inputs (with stride
+// 1, a plain copy).
+void pack_patches(const ConvGeometry& g, const float* x, int64_t p0, int64_t count, int64_t c_begin,
+                  int64_t c_end, float* panels) {
+  const int64_t w = gemm::panel_width(), taps = g.kernel_h * g.kernel_w;
+  for (int64_t q0 = p0; q0 < p0 + count; q0 += w, panels += g.patch() * w) {
+    const int64_t cols = std::min(w, p0 + count - q0);
+    const int64_t first_oh = q0 / g.out_width, first_ow = q0 % g.out_width;
+    float* packed = panels + c_begin * taps * w;
+    for (int64_t c = c_begin; c < c_end; ++c)
+      for (int64_t r = 0; r < g.kernel_h; ++r)
+        for (int64_t s = 0; s < g.kernel_w; ++s, packed += w) {
+          const float* plane = x + c * g.height * g.width;
+          // Runs of pixels along one output row (no division in this loop
+          // with stride 1: it runs for every tap of every panel).
+          int64_t oh = first_oh, ow = first_ow;
+          for (int64_t j = 0; j < cols; ow = 0, ++oh) {
+            const int64_t run = std::min(cols - j, g.out_width - ow);
+            const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
+            const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
+            float* out = packed + j;
+            if (ih < 0 || ih >= g.height) {
+              std::fill_n(out, run, 0.0f);
+            } else {
+              // Pixels [lo, hi) of the run read inside the row; the rest is padding.
+              int64_t lo, hi;
+              if (g.stride_w == 1) {
+                lo = std::clamp<int64_t>(-iw, 0, run);
+                hi = std::clamp<int64_t>(g.width - iw, lo, run);
+              } else {
+                lo = std::clamp<int64_t>((-iw + g.stride_w - 1) / g.stride_w, 0, run);
+                hi = std::clamp<int64_t>((g.width - iw + g.stride_w - 1) / g.stride_w, lo, run);
+              }
+              const float* in = plane + ih * g.width + iw;
+              std::fill(out, out + lo, 0.0f);
+              if (g.stride_w == 1) std::copy(in + lo, in + hi, out + lo);
+              else
+                for (int64_t i = lo; i < hi; ++i) out[i] = in[i * g.stride_w];
+              std::fill(out + hi, out + run, 0.0f);
+            }
+            j += run;
+          }
+          std::fill(packed + cols, packed + w, 0.0f);
+        }
+  }
+}
+
+// Y[image] = W [OC, K] x patches [K, pixels], in tasks of one image, one
+// chunk of pixels (packed into the thread's scratch) and one group of output
+// channels; the bias (per channel), activation and residual ride along.
+Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
+  const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
+  float* y = ctx.output(0)->as<float>();
+  const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels;
+  const int64_t chunk = 4 * gemm::panel_width();
+  const int64_t chunks = (pixels + chunk - 1) / chunk, pixel_tasks = g.batch * chunks;
+  // Too few pixel chunks to keep every thread busy: split the channels too.
+  const int64_t threads = thread_slots();
+  const int64_t channel_groups = pixel_tasks >= threads ? 1 : std::min(threads, (oc + 15) / 16);
+  const int64_t group_size = (oc + channel_groups - 1) / channel_groups;
+  const int64_t chunk_floats = gemm::packed_floats(k, chunk);
+  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, threads * chunk_floats, "input patches"));
+  const gemm::Epilogue epilogue = fused_epilogue(ctx, true);
+  auto patches_of = [&](int64_t pixel_task, int64_t c_begin, int64_t c_end, float* packed) {
+    const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk;
+    pack_patches(g, x + image * g.in_channels * g.height * g.width, p0, std::min(chunk, pixels - p0), c_begin,
+                 c_end, packed);
+  };
+  // Channel groups share their chunk's patches, packed first, split by input
+  // channel (there are fewer chunks than threads); otherwise each task packs
+  // its own.
+  const bool shared = channel_groups > 1;
+  if (shared)
+    for (int64_t t = 0; t < pixel_tasks; ++t)
+      parallel_ranges(g.in_channels, true, [&](int64_t c_begin, int64_t c_end) {
+        patches_of(t, c_begin, c_end, scratch + t * chunk_floats);
+      });
+  const int64_t work = g.batch * oc * pixels * k;
+  parallel_for(pixel_tasks * channel_groups, work > kParallelWork, [&](int64_t task) {
+    const int64_t pixel_task = task / channel_groups;
+    const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk;
+    const int64_t c0 = task % channel_groups * group_size, channels = std::min(group_size, oc - c0);
+    if (channels <= 0) return;
+    float* packed = scratch + (shared ? pixel_task : omp_get_thread_num()) * chunk_floats;
+    if (!shared) patches_of(pixel_task, 0, g.in_channels, packed);
+    const int64_t y_offset = (image * oc + c0) * pixels + p0;
+    gemm::Epilogue e = epilogue;
+    if (e.bias) e.bias += c0;
+    if (e.residual) e.residual += y_offset;
+    gemm::block({channels, std::min(chunk, pixels - p0), k, w + c0 * k, k, packed, y + y_offset, pixels}, e);
+  });
+  return ok_status();
+}
 
 // Conv and ConvTranspose share everything but the weight layout and the
 // primitive. ONNX weights: Conv [OC, IC/g, k...], ConvTranspose [IC, OC/g, k...];
@@ -352,6 +556,7 @@ namespace {
 // which for ConvTranspose is a transposed, strided view.
 Status conv_cpu(KernelContext& ctx, bool transpose) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
+  if (const ConvGeometry* g = geometry_of(ctx)) return conv_gemm(ctx, *g);
   if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &x = *ctx.input(0), &w = *ctx.input(1);
   const TensorView* bias = ctx.input(2);
@@ -394,6 +599,23 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     } else {
       std::tie(pad_l[d], pad_r[d]) = conv_pads(a, d, in, out);
     }
+  }
+  if (!transpose && g == 1 && spatial <= 2) {  // kiln's GEMM
+    auto geometry = std::make_unique<ConvGeometry>();
+    ConvGeometry& cg = *geometry;
+    const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
+    cg.batch = x.shape[0], cg.in_channels = in_channels, cg.out_channels = out_channels;
+    cg.width = x.shape[2 + h], cg.out_width = y.shape[2 + h], cg.kernel_w = kernel_dims[h];
+    cg.stride_w = a.strides[h], cg.pad_w = pad_l[h], cg.dilation_w = a.dilations[h];
+    if (spatial == 2) {
+      cg.height = x.shape[2], cg.out_height = y.shape[2], cg.kernel_h = kernel_dims[0];
+      cg.stride_h = a.strides[0], cg.pad_h = pad_l[0], cg.dilation_h = a.dilations[0];
+    } else {
+      cg.height = cg.out_height = 1;
+    }
+    if (!recording(ctx)) return conv_gemm(ctx, cg);
+    *ctx.state = std::move(geometry);
+    return conv_gemm(ctx, *geometry_of(ctx));
   }
   const bool windowed = window != y.shape;
   float* dst = y.as<float>();
@@ -654,29 +876,19 @@ Status cpu_Einsum(KernelContext& ctx) {
 
 namespace kiln {
 
-// kiln.Linear: one oneDNN matmul, A folded to [M, K], with the bias as its
-// bias argument and the epilogue as post-ops: Y is written once.
+// kiln.Linear: one GEMM, A folded to [M, K], the weight packed once, and the
+// bias, activation and residual applied to each tile while it is in cache.
 Status cpu_Linear(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
-  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
-  const TensorView* bias = ctx.input(2);
   TensorView& y = *ctx.output(0);
   const int64_t k = w.shape[0], n = w.shape[1];
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
-  const int64_t m = a.numel() / k;
-  return guard_dnnl(ctx, [&] {
-    const memory::desc ad = plain_desc({m, k}), wd = plain_desc({k, n}), yd = plain_desc({m, n});
-    const memory::desc bd = bias ? plain_desc({1, n}) : memory::desc();
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, weights_desc(ctx, 1, wd), bd, yd),
-                                    epilogue_attr(ctx, yd), ctx.cpu->engine);
-    Args args{{DNNL_ARG_SRC, bind(ctx, ad, a.data)}, {DNNL_ARG_WEIGHTS, bind(ctx, wd, w.data)},
-              {DNNL_ARG_DST, bind(ctx, yd, y.data)}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, bind(ctx, bd, bias->data));
-    add_residual_arg(ctx, yd, args);
-    return execute<dnnl::matmul>(ctx, pd, std::move(args));
-  });
+  KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, w.as<float>(), n, 1, k, n));
+  gemm::multiply({a.numel() / k, n, k, a.as<float>(), k, packed, y.as<float>(), n}, fused_epilogue(ctx, false),
+                 true);
+  return ok_status();
 }
 
 Status cpu_FusedConv(KernelContext& ctx) { return conv_cpu(ctx, false); }

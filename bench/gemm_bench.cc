@@ -1,0 +1,96 @@
+// kiln's GEMM (kernels/cpu/gemm.h) against oneDNN's f32 matmul, side by side
+// in one process, on the shapes diffusion models run: Y[M, N] = X[M, K] W[K, N]
+// with W a constant weight. Both get their best case: W packed once ahead
+// (kiln's panels; oneDNN's preferred blocked layout through format_tag::any),
+// the oneDNN primitive created once and only executed in the loop.
+//
+//   build/bench/kiln_bench_gemm --benchmark_min_time=0.2
+//
+// Each row reports GFLOP/s; compare kiln/M/N/K with onednn/M/N/K.
+#include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace {
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Shape3 shape_of(const benchmark::State& state) { return {state.range(0), state.range(1), state.range(2)}; }
+
+void report(benchmark::State& state, const Shape3& s) {
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.m * s.n * s.k), benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+void BM_kiln(benchmark::State& state) {
+  const Shape3 s = shape_of(state);
+  const std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
+  std::vector<float> y(size_t(s.m * s.n));
+  float* packed = static_cast<float*>(std::aligned_alloc(64, size_t(kiln::gemm::packed_floats(s.k, s.n)) * 4 + 64));
+  kiln::gemm::pack(w.data(), s.n, 1, s.k, s.n, packed);
+  for (auto _ : state) {
+    kiln::gemm::multiply({s.m, s.n, s.k, x.data(), s.k, packed, y.data(), s.n}, {}, true);
+    benchmark::DoNotOptimize(y.data());
+  }
+  std::free(packed);
+  report(state, s);
+}
+
+void BM_onednn(benchmark::State& state) {
+  using dnnl::memory;
+  const Shape3 s = shape_of(state);
+  std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
+  std::vector<float> y(size_t(s.m * s.n));
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc xd({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc wd({s.k, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc yd({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc any({s.k, s.n}, memory::data_type::f32, memory::format_tag::any);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(xd, any, yd), engine);
+  memory x_mem(xd, engine, x.data()), w_plain(wd, engine, w.data()), y_mem(yd, engine, y.data());
+  memory w_packed(pd.weights_desc(), engine);
+  dnnl::reorder(w_plain, w_packed).execute(stream, w_plain, w_packed);
+  dnnl::matmul matmul(pd);
+  for (auto _ : state) {
+    matmul.execute(stream, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_packed}, {DNNL_ARG_DST, y_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(state, s);
+}
+
+// M, N, K: a tiny DiT's projections (16 tokens x batch 2, hidden 64), the
+// reference DiT's, a UNet block's, a small DiT's (256 tokens x 2, hidden
+// 384, MLP 4x) and the medium DiT's (1024 tokens x 2, hidden 1152). Each
+// shape runs kiln then oneDNN, next to each other.
+const Shape3 kShapes[] = {{32, 64, 64},    {32, 256, 64},    {128, 128, 128},   {256, 320, 320},    {512, 384, 384},
+                          {512, 1536, 384}, {512, 384, 1536}, {2048, 1152, 1152}, {2048, 4608, 1152}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const Shape3& s : kShapes) {
+    benchmark::RegisterBenchmark("kiln", BM_kiln)->Args({s.m, s.n, s.k})->ArgNames({"M", "N", "K"})->UseRealTime();
+    benchmark::RegisterBenchmark("onednn", BM_onednn)->Args({s.m, s.n, s.k})->ArgNames({"M", "N", "K"})->UseRealTime();
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

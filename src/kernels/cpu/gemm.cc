@@ -1,0 +1,201 @@
+// Highway per-target loops behind kernels/cpu/gemm.h. This file is compiled
+// once per SIMD target (foreach_target.h re-includes it).
+//
+// block() walks C in tiles of kRows rows by one packed panel (two vectors).
+// A tile's sums stay in registers for a whole slice of kDepth products: each
+// step broadcasts one A value per row and multiplies it into both vectors of
+// the panel's row, so a step is 2 * kRows fused multiply-adds for 2 + kRows
+// loads. K is cut into slices so that a panel's slice (kDepth rows) stays in
+// L1 while every row tile of the block passes over it.
+#include "kernels/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/parallel.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cc"
+#include <hwy/foreach_target.h>  // must precede highway.h
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::gemm {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+constexpr int64_t kLanes = int64_t(hn::MaxLanes(D()));
+constexpr int64_t kPanel = 2 * kLanes;
+// Rows per tile: 2 * kRows accumulators, the panel's pair and a broadcast
+// must fit the register file (32 vectors with AVX-512, else 16).
+constexpr int kRows = HWY_TARGET <= HWY_AVX3 ? 12 : 6;
+constexpr int64_t kDepth = 256;
+
+int64_t PanelWidth() { return kPanel; }
+
+void Pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
+          float scale) {
+  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const int64_t cols = std::min(kPanel, n - j0);
+    for (int64_t t = 0; t < k; ++t, packed += kPanel) {
+      const float* row = b + t * row_stride + j0 * col_stride;
+      for (int64_t j = 0; j < cols; ++j) packed[j] = row[j * col_stride] * scale;
+      std::fill(packed + cols, packed + kPanel, 0.0f);
+    }
+  }
+}
+
+// c[r, 0 : kPanel] = (load ? c : 0) + bias + sum over t < depth of
+// a[r, t] * b[t, :] for r < kTileRows; the bias is one per column (col_bias,
+// kPanel floats) or one per row (row_bias), either may be null.
+template <int kTileRows>
+void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, int64_t depth,
+          float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias) {
+  const D d;
+  V lo[kTileRows], hi[kTileRows];
+  const V bias_lo = col_bias ? hn::LoadU(d, col_bias) : hn::Zero(d);
+  const V bias_hi = col_bias ? hn::LoadU(d, col_bias + kLanes) : hn::Zero(d);
+  for (int r = 0; r < kTileRows; ++r) {
+    const V row = row_bias ? hn::Set(d, row_bias[r]) : hn::Zero(d);
+    lo[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc) : hn::Zero(d), hn::Add(bias_lo, row));
+    hi[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc + kLanes) : hn::Zero(d), hn::Add(bias_hi, row));
+  }
+  for (int64_t t = 0; t < depth; ++t, b += kPanel) {
+    const V b_lo = hn::Load(d, b), b_hi = hn::Load(d, b + kLanes);
+    for (int r = 0; r < kTileRows; ++r) {
+      const V ar = hn::Set(d, a[r * lda + t]);
+      lo[r] = hn::MulAdd(ar, b_lo, lo[r]);
+      hi[r] = hn::MulAdd(ar, b_hi, hi[r]);
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    hn::StoreU(lo[r], d, c + r * ldc);
+    hn::StoreU(hi[r], d, c + r * ldc + kLanes);
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, const float*,
+                       const float*);
+
+template <int... kTileRows>
+constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
+  return std::array<TileFn, sizeof...(kTileRows)>{&Tile<kTileRows + 1>...};
+}
+// kTiles[r - 1]: the tile of r rows, for the last rows of C.
+constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kRows>());
+
+// The activation and residual of rows [0, rows) x columns [0, cols) of c
+// (the bias went in with the first products).
+void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    if (e.activate) simd::unary_f32(e.activation, row, row, size_t(cols), e.params);
+    if (e.residual) simd::binary_f32(simd::BinaryF32::kAdd, row, 1, e.residual + r * ldc, 1, row, size_t(cols));
+  }
+}
+
+void Block(const Problem& p, const Epilogue& e) {
+  if (p.m <= 0 || p.n <= 0) return;
+  HWY_ALIGN float edge[kRows * kPanel];  // a tile cut short by C's last columns
+  HWY_ALIGN float edge_bias[kPanel];     // and its bias, padded
+  for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += kDepth) {
+    const int64_t depth = std::min(kDepth, p.k - t0);
+    const bool load = t0 > 0 || e.accumulate;
+    for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
+      const float* b = p.packed_b + j0 * p.k + t0 * kPanel;  // panel j0 / kPanel, row t0
+      const int64_t cols = std::min(kPanel, p.n - j0);
+      const bool first = t0 == 0;  // the bias goes in with the first slice of products
+      const float* col_bias = first && e.bias && !e.bias_per_row ? e.bias + j0 : nullptr;
+      if (col_bias && cols < kPanel) {
+        std::copy(col_bias, col_bias + cols, edge_bias);
+        std::fill(edge_bias + cols, edge_bias + kPanel, 0.0f);
+        col_bias = edge_bias;
+      }
+      for (int64_t i0 = 0; i0 < p.m; i0 += kRows) {
+        const int64_t rows = std::min<int64_t>(kRows, p.m - i0);
+        const TileFn tile = kTiles[size_t(rows - 1)];
+        const float* a = p.a + i0 * p.lda + t0;
+        const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
+        float* c = p.c + i0 * p.ldc + j0;
+        if (cols == kPanel) {
+          tile(a, p.lda, b, depth, c, p.ldc, load, col_bias, row_bias);
+        } else {
+          for (int64_t r = 0; r < rows && load; ++r) std::memcpy(edge + r * kPanel, c + r * p.ldc, size_t(cols) * 4);
+          tile(a, p.lda, b, depth, edge, kPanel, load, col_bias, row_bias);
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
+        }
+      }
+    }
+  }
+  // Whole rows at once: one call per row, while the block is still in cache.
+  if (e.activate || e.residual) Finish(p.c, p.ldc, p.m, p.n, e);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln::gemm
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kiln::gemm {
+
+HWY_EXPORT(PanelWidth);
+HWY_EXPORT(Pack);
+HWY_EXPORT(Block);
+
+int64_t panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }
+
+int64_t packed_floats(int64_t k, int64_t n) {
+  const int64_t w = panel_width();
+  return std::max<int64_t>(k, 1) * ((n + w - 1) / w * w);
+}
+
+void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
+          float scale) {
+  HWY_DYNAMIC_DISPATCH(Pack)(b, row_stride, col_stride, k, n, packed, scale);
+}
+
+void block(const Problem& p, const Epilogue& e) { HWY_DYNAMIC_DISPATCH(Block)(p, e); }
+
+void multiply(const Problem& p, const Epilogue& e, bool parallel) {
+  // Tiles of C: up to 96 rows by 4 panels, so that a tile's rows of A and its
+  // panels of B stay in L2 across the whole K walk; narrower, then shorter
+  // (down to one panel by 24 rows) when that leaves too few to share out
+  // evenly. Row tiles are of equal height (a multiple of 12, which every
+  // target's tile divides), so no thread is left with the short one.
+  const int64_t w = panel_width(), panels = (p.n + w - 1) / w;
+  const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18);
+  const int64_t enough = threads ? 4 * int64_t(omp_get_max_threads()) : 1;
+  int64_t row_tiles = (p.m + 95) / 96, tile_panels = std::min<int64_t>(4, panels);
+  auto col_tiles = [&] { return (panels + tile_panels - 1) / tile_panels; };
+  while (row_tiles * col_tiles() < enough) {
+    if (tile_panels > 1) --tile_panels;
+    else if (p.m / (row_tiles + 1) >= 24) ++row_tiles;
+    else break;
+  }
+  const int64_t tile_rows = ((p.m + row_tiles - 1) / row_tiles + 11) / 12 * 12, tile_cols = tile_panels * w;
+  const int64_t columns = col_tiles();
+  parallel_for(row_tiles * columns, threads, [&](int64_t t) {
+    const int64_t i0 = t / columns * tile_rows, j0 = t % columns * tile_cols;
+    if (i0 >= p.m) return;  // rounding the height up can leave the last tile empty
+    Problem q = p;
+    q.m = std::min(tile_rows, p.m - i0);
+    q.n = std::min(tile_cols, p.n - j0);
+    q.a += i0 * p.lda;
+    q.packed_b += j0 * p.k;
+    q.c += i0 * p.ldc + j0;
+    Epilogue f = e;
+    if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
+    if (e.residual) f.residual += i0 * p.ldc + j0;
+    block(q, f);
+  });
+}
+
+}  // namespace kiln::gemm
+#endif  // HWY_ONCE

@@ -1,0 +1,67 @@
+// f32 matrix multiplication that allocates nothing: C = epilogue(A x B),
+// with B packed ahead into column panels. Compiled for each x86 SIMD target
+// Highway knows; the best one is picked at run time.
+//
+// Why kiln's own and not oneDNN's: every oneDNN 2.x primitive execution
+// allocates (its argument map, its threading closures), and a compiled plan
+// promises replays that never touch the heap. oneDNN still runs what this
+// does not cover (grouped and 3-D convolutions, ConvTranspose, Einsum).
+//
+// B is packed into panels of panel_width() columns (two SIMD vectors), each
+// panel k rows of panel_width() floats, the last one zero-padded:
+//
+//   std::vector<float> packed(gemm::packed_floats(k, n));
+//   gemm::pack(b, n, 1, k, n, packed.data());            // B row-major [k, n]
+//   gemm::multiply({m, n, k, a, k, packed.data(), c, n}, {}, parallel);
+//
+// A constant weight is packed once (a plan step keeps it); anything else is
+// packed into kernel scratch on each call, as a convolution's im2col is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/elementwise_simd.h"
+
+namespace kiln::gemm {
+
+// Columns per packed panel on this CPU.
+int64_t panel_width();
+// Floats that pack() writes for a k x n operand.
+int64_t packed_floats(int64_t k, int64_t n);
+
+// Packs B, element (t, j) at b[t * row_stride + j * col_stride] (any
+// strides: a transposed B packs as fast as a plain one), times `scale`.
+void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
+          float scale = 1.0f);
+
+// What happens to each output after the products are summed, in this order:
+// C's prior contents added, the bias added, the activation, the residual
+// (shaped and strided like C) added.
+struct Epilogue {
+  bool accumulate = false;
+  const float* bias = nullptr;
+  bool bias_per_row = false;  // bias[i] (a convolution's channels), else bias[j]
+  bool activate = false;
+  simd::UnaryF32 activation = simd::UnaryF32::kRelu;
+  simd::UnaryF32Params params;
+  const float* residual = nullptr;
+};
+
+// C[i, j] = sum over t < k of A[i, t] * B[t, j], for i < m and j < n. A is
+// row-major with row stride lda; B is packed (pack()); C has row stride ldc.
+struct Problem {
+  int64_t m, n, k;
+  const float* a;
+  int64_t lda;
+  const float* packed_b;
+  float* c;
+  int64_t ldc;
+};
+
+// One thread's share: every row of A against columns [0, n) of packed B.
+void block(const Problem& p, const Epilogue& e);
+// The whole product, in tiles split across threads when `parallel`.
+void multiply(const Problem& p, const Epilogue& e, bool parallel);
+
+}  // namespace kiln::gemm
