@@ -8,7 +8,7 @@
 //
 // Every op has two kernels, generated from op_table.def:
 //   ref_<Op>  (src/kernels/ref/<group>.cc) plain loops, the test oracle only;
-//   cpu_<Op>  (src/kernels/cpu/<group>.cc) the fast one: oneDNN, Highway, OpenMP.
+//   cpu_<Op>  (src/kernels/cpu/<group>.cc) the fast one: Highway, OpenMP, oneDNN.
 // A kernel returns Unsupported for a dtype or mode it does not implement.
 #pragma once
 
@@ -32,7 +32,7 @@ class Workspace {
 struct CpuContext;  // kernels/cpu/cpu_context.h: oneDNN engine and stream
 
 // What a kernel keeps between calls of one compiled-plan step: built on the
-// step's first call (oneDNN primitives, pre-packed constant weights), reused
+// step's first call (pre-packed constant weights, oneDNN primitives), reused
 // on every later one, so replay creates and allocates nothing. Owned by the
 // step; eager execution has none.
 struct KernelState {

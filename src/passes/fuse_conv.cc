@@ -1,11 +1,12 @@
-// Conv fusion: a Conv followed by an activation becomes one kiln.Conv;
-// oneDNN applies it as a post-op while the output tile is in registers.
+// Conv fusion: a Conv followed by an activation becomes one kiln.Conv; the
+// GEMM applies it to each block of output while it is in cache.
 //
 // A residual Add (the conv2 + skip that ends SD's ResNet blocks) is left
-// alone although kiln.Conv can take one: as a binary post-op on the plain
-// (NCHW) layouts kiln convolves in, oneDNN 2.6's gemm convolution got slower,
-// not faster (measured: the reference UNet's graph run 2.87 ms -> 4.47 ms, the
-// VAE decoder 1.14 -> 1.95 ms, `kiln bench` on tests/models).
+// alone although kiln.Conv can take one: when convolutions ran on oneDNN 2.6,
+// its binary post-op on the plain (NCHW) layouts made the gemm convolution
+// slower, not faster (the reference UNet's graph run 2.87 ms -> 4.47 ms, the
+// VAE decoder 1.14 -> 1.95 ms, `kiln bench` on tests/models). kiln's own GEMM
+// adds a residual cheaply; fusing it again is to be measured.
 #include "passes/match.h"
 #include "passes/pass.h"
 

@@ -1,7 +1,7 @@
 // Linear fusion: MatMul by a constant [K, N] weight, Add of a constant [N]
 // bias, then optionally an activation and a residual Add (match.h's
-// Epilogue), become one kiln.Linear: one oneDNN matmul whose bias and
-// post-ops do the rest while the output tile is still in registers.
+// Epilogue), become one kiln.Linear: one GEMM (kernels/cpu/gemm.h) that
+// starts each tile from the bias and applies the rest while it is in cache.
 #include "passes/match.h"
 #include "passes/pass.h"
 

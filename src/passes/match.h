@@ -66,7 +66,7 @@ struct Match {
 };
 bool match(Value* root, const Pattern& pattern, Match& m);
 
-// What can ride along inside one oneDNN matmul or convolution after it: an
+// What can ride along inside one GEMM or convolution after it: an
 // activation (kiln.Gelu, kiln.Silu, Relu), then a residual Add.
 struct Epilogue {
   std::string activation = "none";  // kiln.Linear / kiln.Conv's attribute

@@ -55,9 +55,9 @@ Status fuse_group_norm(Graph& graph, PassStats* stats);
 // Transposes around them -> kiln.Attention.
 Status fuse_attention(Graph& graph, PassStats* stats);
 // MatMul by a constant weight, bias Add, optional activation and residual
-// Add -> kiln.Linear (one oneDNN matmul with post-ops).
+// Add -> kiln.Linear (one GEMM with an epilogue).
 Status fuse_linear(Graph& graph, PassStats* stats);
-// Conv, then an activation -> kiln.Conv (a oneDNN post-op).
+// Conv, then an activation -> kiln.Conv (the GEMM's epilogue).
 Status fuse_conv(Graph& graph, PassStats* stats);
 
 // Not a pipeline pass, since it takes the signature: fixes symbolic input

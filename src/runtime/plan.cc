@@ -270,8 +270,9 @@ void Plan::point_buffer(size_t buffer, void* data) {
   for (size_t v : buffers_[buffer].values) views_[v].data = data;
 }
 
-// Runs every step once over zero inputs: each kernel builds its state (oneDNN
-// primitives, packed weights) and reports the scratch it takes.
+// Runs every step once over zero inputs: each kernel builds its state (packed
+// weights, convolution sizes, oneDNN primitives) and reports the scratch it
+// takes.
 Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes) {
   std::vector<void*> zeros;
   for (size_t i = 0; i < inputs_.size(); ++i) {

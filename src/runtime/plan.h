@@ -3,7 +3,7 @@
 //
 // compile() specializes the graph's dims, runs the pass pipeline, plans every
 // intermediate (and every kernel's scratch) into one arena, and prepares each
-// step's kernel once (oneDNN primitives built, constant weights pre-packed).
+// step's kernel once (constant weights packed, oneDNN primitives built).
 // run() then walks the steps: no heap allocation, no shape inference, no
 // kernel lookup, no copies.
 //
