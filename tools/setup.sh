@@ -7,13 +7,13 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev opencl-headers ocl-icd-opencl-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
-  nlohmann-json3-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
 )
-# Only needed to regenerate the reference models (tools/make_reference_models.py).
+# Only needed to regenerate the reference models and data (tools/*.py).
 if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then
-  packages+=(python3-torch python3-onnx python3-numpy)
+  packages+=(python3-torch python3-onnx python3-numpy python3-regex)
 fi
 
 missing=()

@@ -369,6 +369,7 @@ bool elementwise_in_place(OpKind op) {
   switch (op) {
     case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kNeg:
     case OpKind::kSigmoid: case OpKind::kTanh: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kSilu:
+    case OpKind::kDenoiseStep:
       return true;
     default:
       return false;
@@ -437,12 +438,24 @@ Status Plan::run(RunProfile* profile) {
       if (!status.ok()) return status;
     }
   }
+  copy_outputs();
+  return ok_status();
+}
+
+Status Plan::run_repeated(int64_t times, const std::function<void(int64_t)>& after_each) {
+  for (int64_t i = 0; i < times; ++i) {
+    KILN_RETURN_IF_ERROR(run());
+    if (after_each) after_each(i + 1);
+  }
+  return ok_status();
+}
+
+void Plan::copy_outputs() {
   output_copy_bytes_ = 0;
   for (const auto& [i, id] : output_copies_) {
     std::memcpy(bound_outputs_[i].data, views_[id].data, views_[id].nbytes());
     output_copy_bytes_ += views_[id].nbytes();
   }
-  return ok_status();
 }
 
 }  // namespace kiln

@@ -20,6 +20,7 @@
 //   const TensorView& y = plan->output(0);
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,11 @@ class Plan {
   // Runs every step. Every input must be bound. With a profile, also times
   // each step and counts its heap allocations (costs a clock read per step).
   Status run(RunProfile* profile = nullptr);
+  // Runs the plan `times` times in one call, the bindings kept: a loop whose
+  // state is bound in place (outputs over the inputs they update, as a
+  // compiled denoise loop binds its latents and step counter). `after_each`
+  // (optional) hears the iteration count after each pass, for progress.
+  Status run_repeated(int64_t times, const std::function<void(int64_t)>& after_each = {});
 
   // Output i of the last run: the caller's buffer when bound, else a view
   // into the arena, valid until the next run.
@@ -112,6 +118,7 @@ class Plan {
   Status prepare_kernels(std::vector<size_t>& scratch_bytes);
   void point_buffer(size_t buffer, void* data);
   Status check_bindings() const;
+  void copy_outputs();  // outputs that are inputs or constants, into their bound buffers
   Result<size_t> io_value(std::string_view name, bool input) const;
 
   Graph graph_;

@@ -1,0 +1,33 @@
+// Reference kiln.DenoiseStep: the update written out in double, noise drawn
+// the same way (it is part of the op's definition, not of its arithmetic).
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/denoise_update.h"
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+Result<DenoiseCoefficients> denoise_coefficients(const KernelContext& ctx, int64_t step);  // cpu/denoise.cc
+
+Status ref_DenoiseStep(KernelContext& ctx) {
+  const TensorView &x = *ctx.input(0), &out = *ctx.input(1), &x0_prev = *ctx.input(2);
+  const int64_t step = *ctx.input(3)->as<int64_t>();
+  KILN_ASSIGN_OR_RETURN(DenoiseCoefficients k, denoise_coefficients(ctx, step));
+  const size_t n = size_t(x.numel());
+  std::vector<float> noise(n, 0.0f);
+  if (k.c_noise != 0.0f)
+    NoiseStream(uint64_t(ctx.attrs().get_int("seed", 0)),
+                uint64_t(ctx.attrs().get_int("noise_first_pair", 0)) + uint64_t(step) * ((n + 1) / 2))
+        .fill(noise.data(), n);
+  float *next = ctx.output(0)->as<float>(), *x0 = ctx.output(1)->as<float>();
+  for (size_t i = 0; i < n; ++i) {
+    const double xi = x.as<float>()[i], o = out.as<float>()[i], p = x0_prev.as<float>()[i];
+    x0[i] = float(double(k.d_x) * xi + double(k.d_out) * o);
+    next[i] = float(double(k.c_x) * xi + double(k.c_out) * o + double(k.c_prev) * p + double(k.c_noise) * noise[i]);
+  }
+  *ctx.output(2)->as<int64_t>() = step + 1;
+  return ok_status();
+}
+
+}  // namespace kiln

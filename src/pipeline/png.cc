@@ -1,0 +1,61 @@
+#include "pipeline/png.h"
+
+#include <png.h>
+
+#include <csetjmp>
+#include <cstdio>
+#include <memory>
+
+namespace kiln {
+
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+// libpng reports errors by longjmp; the message is kept for the Status.
+void on_error(png_structp png, png_const_charp message) {
+  auto* out = static_cast<std::string*>(png_get_error_ptr(png));
+  *out = message;
+  png_longjmp(png, 1);
+}
+void on_warning(png_structp, png_const_charp) {}
+
+}  // namespace
+
+Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text) {
+  if (width <= 0 || height <= 0) return invalid_argument("cannot write a {}x{} image", width, height);
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "wb"));
+  if (!file) return invalid_argument("cannot write '{}'", path);
+  std::string error;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &error, on_error, on_warning);
+  if (!png) return internal_error("libpng: cannot start a PNG");
+  png_infop info = png_create_info_struct(png);
+  std::vector<png_text> chunks(text.size());
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  if (!info || setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return invalid_argument("cannot write '{}': {}", path, error.empty() ? "libpng failed" : error);
+  }
+  png_init_io(png, file.get());
+  png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  for (size_t i = 0; i < text.size(); ++i) {
+    chunks[i] = {};
+    chunks[i].compression = PNG_ITXT_COMPRESSION_NONE;
+    chunks[i].key = const_cast<char*>(text[i].first.c_str());
+    chunks[i].text = const_cast<char*>(text[i].second.c_str());
+    chunks[i].itxt_length = text[i].second.size();
+  }
+  if (!chunks.empty()) png_set_text(png, info, chunks.data(), int(chunks.size()));
+  for (int y = 0; y < height; ++y) rows[size_t(y)] = const_cast<png_bytep>(rgb + size_t(y) * size_t(width) * 3);
+  png_write_info(png, info);
+  png_write_image(png, rows.data());
+  png_write_end(png, info);
+  png_destroy_write_struct(&png, &info);
+  if (std::fflush(file.get()) != 0) return invalid_argument("cannot write '{}'", path);
+  return ok_status();
+}
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+// PNG output through libpng: 8-bit RGB, with text chunks (iTXt, UTF-8) for
+// what made the image, as users of other generators expect to find them
+// (prompt, seed, steps, scheduler, model). No time chunk: the same pixels
+// and text give byte-identical files.
+//
+//   KILN_RETURN_IF_ERROR(write_png("out.png", rgb.data(), 512, 512, {{"prompt", "a cat"}, {"seed", "1"}}));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kiln {
+
+using PngText = std::vector<std::pair<std::string, std::string>>;
+
+// rgb: height rows of width x 3 bytes.
+Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text);
+
+}  // namespace kiln
