@@ -23,10 +23,10 @@ std::vector<double> coefficient_table(bool noise) {
 }
 
 OpCase denoise_case(const std::string& label, double step, bool noise) {
-  Attributes a = attrs({{"seed", int64_t(5)}, {"noise_first_pair", int64_t(8)}});
+  Attributes a = attrs({{"noise_first_pair", int64_t(8)}});
   return {label, OpKind::kDenoiseStep, a,
           {f32({2, 4, 3, 3}), f32({2, 4, 3, 3}), f32({2, 4, 3, 3}), i64_values({}, {step}),
-           {DType::kF32, {kDenoiseCoefficientRows, 4}, coefficient_table(noise)}},
+           {DType::kF32, {kDenoiseCoefficientRows, 4}, coefficient_table(noise)}, i64_values({}, {5})},
           3};
 }
 
@@ -45,7 +45,8 @@ TEST(DenoiseStep, RejectsAStepOutsideTheSchedule) {
   Value* table = g.add_constant(
       "coefficients", *Tensor::from_vector<float>({kDenoiseCoefficientRows, 1}, std::vector<float>(6, 1.0f)));
   Value *next = g.add_value("x_next"), *x0 = g.add_value("x0"), *step_next = g.add_value("step_next");
-  g.add_node(OpKind::kDenoiseStep, "step", {x, x, x, step, table}, {next, x0, step_next});
+  Value* seed = g.add_constant("seed", *Tensor::from_vector<int64_t>({}, {0}));
+  g.add_node(OpKind::kDenoiseStep, "step", {x, x, x, step, table, seed}, {next, x0, step_next});
   for (Value* v : {next, x0, step_next}) g.mark_output(v);
   EagerExecutor exec(g);
   auto out = exec.run({{"x", *Tensor::from_vector<float>({2}, {1, 2})}, {"step", *Tensor::from_vector<int64_t>({}, {1})}});
@@ -67,7 +68,8 @@ TEST(DenoiseStep, RunsInPlaceAcrossRepeatedPlanRuns) {
   }
   Value* coefficients = g.add_constant("coefficients", *Tensor::from_vector<float>({kDenoiseCoefficientRows, 3}, table));
   Value *next = g.add_value("x_next"), *x0 = g.add_value("x0"), *step_next = g.add_value("step_next");
-  g.add_node(OpKind::kDenoiseStep, "step", {x, x, prev, step, coefficients}, {next, x0, step_next});
+  Value* seed = g.add_constant("seed", *Tensor::from_vector<int64_t>({}, {0}));
+  g.add_node(OpKind::kDenoiseStep, "step", {x, x, prev, step, coefficients, seed}, {next, x0, step_next});
   for (Value* v : {next, x0, step_next}) g.mark_output(v);
   auto plan = Plan::compile(std::move(g), {});
   ASSERT_TRUE(plan.ok()) << plan.status().message();

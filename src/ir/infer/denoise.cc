@@ -8,6 +8,7 @@ Status infer_DenoiseStep(InferContext& ctx) {
   for (size_t i : {0, 1, 2}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 3, {DType::kI64}));
   KILN_RETURN_IF_ERROR(require_dtype(ctx, 4, {DType::kF32}));
+  KILN_RETURN_IF_ERROR(require_dtype(ctx, 5, {DType::kI64}));
   const auto& x = ctx.input(0).shape;
   for (size_t i : {1, 2}) {
     const auto& other = ctx.input(i).shape;
@@ -15,8 +16,10 @@ Status infer_DenoiseStep(InferContext& ctx) {
       return ctx.error("input {} has shape {}, which differs from X's {}", i, sym_shape_to_string(*other),
                        sym_shape_to_string(*x));
   }
-  const auto& counter = ctx.input(3).shape;
-  if (counter && !counter->empty()) return ctx.error("the step counter must be a scalar");
+  for (size_t i : {3, 5}) {
+    const auto& scalar = ctx.input(i).shape;
+    if (scalar && !scalar->empty()) return ctx.error("input {} (the {}) must be a scalar", i, i == 3 ? "step counter" : "seed");
+  }
   const auto& table = ctx.input(4).shape;
   if (table && (table->size() != 2 || ((*table)[0].known() && (*table)[0].value != kDenoiseCoefficientRows)))
     return ctx.error("the coefficient table must be [{}, steps], got {}", kDenoiseCoefficientRows,

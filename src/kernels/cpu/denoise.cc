@@ -35,7 +35,7 @@ Status cpu_DenoiseStep(KernelContext& ctx) {
     noise = static_cast<float*>(ctx.workspace->scratch(n * sizeof(float)));
     if (!noise) return resource_exhausted("{}: no scratch for the noise", node_label(*ctx.node));
     const uint64_t first = uint64_t(ctx.attrs().get_int("noise_first_pair", 0)) + uint64_t(step) * ((n + 1) / 2);
-    NoiseStream(uint64_t(ctx.attrs().get_int("seed", 0)), first).fill(noise, n);
+    NoiseStream(uint64_t(*ctx.input(5)->as<int64_t>()), first).fill(noise, n);
   }
   denoise_update(k, x.as<float>(), out.as<float>(), x0_prev.as<float>(), noise, ctx.output(0)->as<float>(),
                  ctx.output(1)->as<float>(), n);

@@ -17,7 +17,7 @@ Status ref_DenoiseStep(KernelContext& ctx) {
   const size_t n = size_t(x.numel());
   std::vector<float> noise(n, 0.0f);
   if (k.c_noise != 0.0f)
-    NoiseStream(uint64_t(ctx.attrs().get_int("seed", 0)),
+    NoiseStream(uint64_t(*ctx.input(5)->as<int64_t>()),
                 uint64_t(ctx.attrs().get_int("noise_first_pair", 0)) + uint64_t(step) * ((n + 1) / 2))
         .fill(noise.data(), n);
   float *next = ctx.output(0)->as<float>(), *x0 = ctx.output(1)->as<float>();
