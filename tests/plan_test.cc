@@ -87,6 +87,29 @@ TEST(Plan, WritesBoundOutputsIntoCallerMemory) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y->data<float>()[i], want[i], 1e-6f);
 }
 
+// A caller that binds an output to fresh memory each run (a pipeline's
+// latents) gets it written there, never into the memory bound before.
+TEST(Plan, RebindsAnOutputToNewMemory) {
+  auto plan = compile(2);
+  ASSERT_TRUE(plan);
+  Tensor x = ramp({2, 8}, 0.3f);
+  ASSERT_TRUE(plan->bind_input("x", x.view()).ok());
+  auto first = Tensor::empty(DType::kF32, {2, 4, 2});
+  auto second = Tensor::empty(DType::kF32, {2, 4, 2});
+  ASSERT_TRUE(plan->bind_output("y", first->view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  for (int64_t i = 0; i < first->numel(); ++i) first->data<float>()[i] = -7.0f;
+  ASSERT_TRUE(plan->bind_output("y", second->view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  EXPECT_EQ(plan->output(0).data, second->raw());
+  EXPECT_EQ(plan->output_copy_bytes(), 0u);
+  std::vector<float> want = eager_output(x);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(second->data<float>()[i], want[i], 1e-6f);
+    EXPECT_EQ(first->data<float>()[i], -7.0f) << "the old binding was written";
+  }
+}
+
 TEST(Plan, ReplayAllocatesNothing) {
   if (!HeapCounter::available()) GTEST_SKIP() << "no allocation counter under AddressSanitizer";
   auto plan = compile(64);

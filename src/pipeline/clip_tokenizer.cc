@@ -16,6 +16,7 @@
 #include <queue>
 
 #include "core/mapped_file.h"
+#include "pipeline/json_file.h"
 
 namespace kiln {
 
@@ -23,7 +24,6 @@ namespace {
 
 constexpr size_t kMaxTableBytes = size_t(16) << 20;  // vocab.json, merges.txt: CLIP's are about 1 MB
 constexpr size_t kMaxConfigBytes = size_t(1) << 20;
-constexpr int kMaxJsonDepth = 16;  // Hugging Face's tokenizer files nest three deep
 constexpr int64_t kMaxModelMaxLength = 1 << 16;
 constexpr char kStartOfText[] = "<|startoftext|>";
 constexpr char kEndOfText[] = "<|endoftext|>";
@@ -84,65 +84,6 @@ int32_t match_marker_or_contraction(const icu::UnicodeString& s, int32_t pos) {
   for (std::string_view a : kAlternatives)
     if (int32_t n = match_folded(s, pos, a)) return n;
   return 0;
-}
-
-Result<std::shared_ptr<const MappedFile>> open_capped(const std::string& path, size_t max_bytes) {
-  KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
-  if (file->size() > max_bytes)
-    return resource_exhausted("{}: {} bytes is more than the {} a tokenizer file may have", path, file->size(),
-                              max_bytes);
-  return file;
-}
-
-// nlohmann's parser keeps a heap node per open bracket, so "[[[[..." would
-// cost tens of bytes of memory per byte of file: deep nesting is refused
-// before parsing.
-bool json_nesting_within(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-// A missing optional file reads as an empty object.
-Result<nlohmann::json> read_json_file(const std::string& path, size_t max_bytes, bool optional) {
-  auto file = open_capped(path, max_bytes);
-  if (!file.ok()) {
-    if (optional && file.status().code() == StatusCode::kNotFound) return nlohmann::json::object();
-    return file.status();
-  }
-  const uint8_t* p = (*file)->data();
-  if (!json_nesting_within(std::string_view(reinterpret_cast<const char*>(p), (*file)->size()), kMaxJsonDepth))
-    return invalid_argument("{}: JSON nested more than {} deep", path, kMaxJsonDepth);
-  auto json = nlohmann::json::parse(p, p + (*file)->size(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return invalid_argument("{}: not valid JSON", path);
-  if (!json.is_object()) return invalid_argument("{}: expected a JSON object", path);
-  return json;
-}
-
-// The value of an integer in [0, max]; nullopt for anything else.
-std::optional<int64_t> json_int_in_range(const nlohmann::json& v, int64_t max) {
-  if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    return u <= uint64_t(max) ? std::optional<int64_t>(int64_t(u)) : std::nullopt;
-  }
-  if (v.is_number_integer()) {
-    int64_t i = v.get<int64_t>();
-    return i >= 0 && i <= max ? std::optional<int64_t>(i) : std::nullopt;
-  }
-  return std::nullopt;
 }
 
 // A special token as Hugging Face writes it: "text" or {"content": "text", ...}.

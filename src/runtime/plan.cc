@@ -74,6 +74,7 @@ struct Plan::Buffer {
   size_t offset = 0;                      // in the arena
   std::vector<size_t> values;             // value ids stored in it
   void* caller = nullptr;                 // the caller buffer an output is bound to
+  int64_t caller_output = -1;             // which output bound it (it may bind again elsewhere)
 };
 
 struct Plan::Step {
@@ -342,8 +343,9 @@ Status Plan::bind_output(std::string_view name, const TensorView& view) {
   std::erase_if(output_copies_, [&](const auto& c) { return c.first == i; });
   bindings_checked_ = false;
   if (b >= 0 && buffers_[size_t(b)].kind == Buffer::Kind::kArena &&
-      (!buffers_[size_t(b)].caller || buffers_[size_t(b)].caller == view.data)) {
+      (buffers_[size_t(b)].caller_output < 0 || buffers_[size_t(b)].caller_output == int64_t(i))) {
     buffers_[size_t(b)].caller = view.data;
+    buffers_[size_t(b)].caller_output = int64_t(i);
     point_buffer(size_t(b), view.data);
   } else {
     output_copies_.push_back({i, id});
