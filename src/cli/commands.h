@@ -17,5 +17,6 @@ Handler add_show_command(CLI::App& app);
 Handler add_run_command(CLI::App& app);
 Handler add_bench_command(CLI::App& app);
 Handler add_compile_command(CLI::App& app);
+Handler add_generate_command(CLI::App& app);
 
 }  // namespace kiln::cli

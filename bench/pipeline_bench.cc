@@ -1,0 +1,79 @@
+// The denoise loop in each mode, side by side in one run: eager, graph (a
+// host loop replaying the UNet's plan once a step) and graph-loop (the whole
+// loop as one plan, one call). Each mode's pipeline is warmed up once (plans
+// compiled), then the modes take turns, `reps` rounds, and the medians are
+// reported with the host overhead per step (denoise time outside the model's
+// kernels and compiles).
+//
+//   build/bench/kiln_bench_pipeline [--model tests/models/tiny-sd] [--steps 20] [--reps 15]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+
+namespace {
+
+struct ModeRun {
+  const char* name;
+  kiln::PipelineOptions options;
+  std::unique_ptr<kiln::Pipeline> pipe;
+  std::vector<double> denoise, model, overhead;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int fail(const std::string& what) {
+  fmt::print(stderr, "kiln_bench_pipeline: {}\n", what);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = KILN_SOURCE_DIR "/tests/models/tiny-sd";
+  int steps = 20, reps = 15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else return fail(fmt::format("unknown flag {} (flags: --model DIR, --steps N, --reps N)", argv[i]));
+  }
+  if (steps < 1 || reps < 1) return fail("--steps and --reps must be positive");
+
+  ModeRun modes[] = {{"eager", {.mode = kiln::ExecutionMode::kEager}},
+                     {"graph", {.mode = kiln::ExecutionMode::kGraph}},
+                     {"graph-loop", {.mode = kiln::ExecutionMode::kGraph, .whole_loop = true}}};
+  const kiln::GenerateOptions o{.prompt = "a red circle on a blue background", .steps = steps, .seed = 1};
+  for (ModeRun& m : modes) {
+    auto pipe = kiln::Pipeline::load(model, m.options);
+    if (!pipe.ok()) return fail(pipe.status().message());
+    m.pipe = std::move(pipe).value();
+    if (auto warm = m.pipe->generate(o); !warm.ok()) return fail(warm.status().message());
+  }
+  for (int r = 0; r < reps; ++r)
+    for (ModeRun& m : modes) {
+      auto g = m.pipe->generate(o);
+      if (!g.ok()) return fail(g.status().message());
+      m.denoise.push_back(g->times.denoise);
+      m.model.push_back(g->times.model);
+      m.overhead.push_back(g->times.host_overhead_per_step(steps));
+    }
+
+  fmt::print("{}: {} steps, {} rounds, medians\n", model, steps, reps);
+  fmt::print("{:<12}{:>14}{:>12}{:>16}{:>24}{:>14}\n", "mode", "denoise ms", "ms/step", "kernels ms",
+             "host overhead ms/step", "vs eager");
+  const double eager = median(modes[0].denoise);
+  for (const ModeRun& m : modes)
+    fmt::print("{:<12}{:>14.3f}{:>12.3f}{:>16.3f}{:>24.4f}{:>13.2f}x\n", m.name, median(m.denoise),
+               median(m.denoise) / steps, median(m.model), median(m.overhead), eager / median(m.denoise));
+  fmt::print("graph-loop vs graph: {:.2f}x\n", median(modes[1].denoise) / median(modes[2].denoise));
+  return 0;
+}

@@ -1,0 +1,180 @@
+// kiln generate: text to image with a Stable Diffusion pipeline folder (the
+// layout Hugging Face optimum's ONNX exporter writes), written as a PNG with
+// what made it in the PNG's text chunks.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "cli/commands.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/png.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct GenerateFlags {
+  std::string model, prompt, negative_prompt, output = "out.png";
+  int steps = 20;
+  float guidance_scale = 7.5f;
+  std::optional<uint64_t> seed;
+  int width = 0, height = 0, batch = 1;
+  std::string scheduler, mode = "graph-loop";
+  bool quiet = false, profile = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The denoise loop's progress on stderr: a bar with it/s and ETA on a
+// terminal, one line a step otherwise, nothing when quiet.
+class Progress {
+ public:
+  explicit Progress(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO)) {}
+  void step(int i, int steps) {
+    if (quiet_) return;
+    const int done = i + 1;
+    if (!tty_) {
+      fmt::print(stderr, "kiln: step {}/{}\n", done, steps);
+      return;
+    }
+    if (i == 0) start_ = std::chrono::steady_clock::now();
+    const double elapsed = seconds_since(start_);
+    // Rates from step 1 on: step 0 also carries one-off work (plan compiles).
+    if (done == 2) second_ = std::chrono::steady_clock::now();
+    const double rate = done > 2 ? (done - 2) / seconds_since(second_) : done / std::max(elapsed, 1e-9);
+    const int width = 24, filled = done * width / steps;
+    const int eta = int(std::lround((steps - done) / std::max(rate, 1e-9)));
+    fmt::print(stderr, "\rdenoising [{:#<{}}{:-<{}}] {}/{}  {:.2f} it/s  ETA {}:{:02}", "", filled, "", width - filled,
+               done, steps, rate, eta / 60, eta % 60);
+    if (done == steps) fmt::print(stderr, "\n");
+  }
+
+ private:
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point start_, second_;
+};
+
+Result<PipelineOptions> pipeline_options(const std::string& mode, bool quiet) {
+  PipelineOptions options;
+  if (mode == "graph-loop") {
+    options.whole_loop = true;
+  } else {
+    auto parsed = parse_execution_mode(mode);
+    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", mode);
+    options.mode = *parsed;
+  }
+  if (!quiet) options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
+  return options;
+}
+
+// "out.png" for one image; "out-1.png" ... "out-N.png" for a batch.
+std::string image_path(const std::string& output, int i, int batch) {
+  if (batch == 1) return output;
+  std::filesystem::path p(output);
+  return (p.parent_path() / fmt::format("{}-{}{}", p.stem().string(), i + 1, p.extension().string())).string();
+}
+
+std::string model_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+Status generate(const GenerateFlags& f) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_CHECK_ARG(f.steps >= 1, "--steps must be at least 1, got {}", f.steps);
+  KILN_ASSIGN_OR_RETURN(PipelineOptions options, pipeline_options(f.mode, f.quiet));
+  const std::filesystem::path out_dir = std::filesystem::path(f.output).parent_path();
+  if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
+    return not_found("-o {}: the folder {} does not exist", f.output, out_dir.string());
+  KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load(f.model, options));
+
+  const uint64_t seed = f.seed ? *f.seed : std::random_device{}();
+  Progress progress(f.quiet);
+  GenerateOptions o{.prompt = f.prompt, .negative_prompt = f.negative_prompt, .steps = f.steps,
+                    .guidance_scale = f.guidance_scale, .seed = seed, .width = f.width, .height = f.height,
+                    .batch = f.batch, .scheduler = f.scheduler,
+                    .on_step = [&progress](int i, int steps) { progress.step(i, steps); }};
+  KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate(o));
+
+  const auto png_start = std::chrono::steady_clock::now();
+  const std::string size = fmt::format("{}x{}", g.width, g.height);
+  const std::string model = model_name(f.model);
+  // The A1111-style "parameters" line that image browsers read, and one chunk a field.
+  std::string parameters = f.prompt + "\n";
+  if (!f.negative_prompt.empty()) parameters += "Negative prompt: " + f.negative_prompt + "\n";
+  parameters += fmt::format("Steps: {}, Sampler: {}, CFG scale: {}, Seed: {}, Size: {}, Model: {}", f.steps,
+                            g.scheduler, f.guidance_scale, seed, size, model);
+  const PngText text = {{"prompt", f.prompt},
+                        {"negative_prompt", f.negative_prompt},
+                        {"seed", std::to_string(seed)},
+                        {"steps", std::to_string(f.steps)},
+                        {"scheduler", g.scheduler},
+                        {"guidance_scale", fmt::format("{}", f.guidance_scale)},
+                        {"size", size},
+                        {"model", model},
+                        {"parameters", parameters},
+                        {"software", "kiln " KILN_VERSION_STRING}};
+  const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
+  std::vector<std::string> written;
+  for (int i = 0; i < f.batch; ++i) {
+    written.push_back(image_path(f.output, i, f.batch));
+    KILN_RETURN_IF_ERROR(write_png(written.back(), g.pixels.data() + size_t(i) * image_bytes, g.width, g.height, text));
+  }
+  const double png_ms = seconds_since(png_start) * 1e3;
+
+  if (f.profile) {
+    const StageTimes& t = g.times;
+    fmt::print("profile ({} mode, {} steps, {}):\n", f.mode, f.steps, g.scheduler);
+    fmt::print("  {:<14}{:>10.2f} ms\n", "tokenize", t.tokenize);
+    fmt::print("  {:<14}{:>10.2f} ms\n", "text encoder", t.text_encoder);
+    fmt::print("  {:<14}{:>10.2f} ms  (model kernels {:.2f} ms, compiling {:.2f} ms)\n", "denoise loop", t.denoise,
+               t.model, t.compile);
+    fmt::print("  {:<14}{:>10.2f} ms\n", "vae decode", t.vae_decode);
+    fmt::print("  {:<14}{:>10.2f} ms\n", "png", png_ms);
+    fmt::print("  host overhead per step: {:.4f} ms (denoise time outside the model's kernels and compiles)\n",
+               t.host_overhead_per_step(f.steps));
+  }
+  if (!f.quiet)
+    for (const std::string& path : written)
+      fmt::print("wrote {} ({}, {} steps of {}, seed {}, {:.2f} s)\n", path, size, f.steps, g.scheduler, seed,
+                 seconds_since(start));
+  return ok_status();
+}
+
+}  // namespace
+
+Handler add_generate_command(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate an image from a prompt with a Stable Diffusion pipeline folder");
+  cmd->add_option("--model,-m", f->model,
+                  "pipeline folder in optimum's ONNX layout (model_index.json, unet/, text_encoder/, vae_decoder/, ...)")
+      ->required();
+  cmd->add_option("--prompt,-p", f->prompt, "what to draw")->required();
+  cmd->add_option("--negative-prompt,-n", f->negative_prompt, "what to steer away from");
+  cmd->add_option("--output,-o", f->output, "PNG file to write (a batch writes NAME-1.png, NAME-2.png, ...)")
+      ->default_val("out.png");
+  cmd->add_option("--steps", f->steps, "denoising steps")->default_val(20);
+  cmd->add_option("--guidance-scale,-g", f->guidance_scale, "classifier-free guidance scale")->default_val(7.5f);
+  cmd->add_option("--seed", f->seed, "noise seed: the same seed gives the same image (default: random; printed, and kept in the PNG)");
+  cmd->add_option("--width", f->width, "image width in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--height", f->height, "image height in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", f->batch, "images per prompt")->default_val(1);
+  cmd->add_option("--scheduler", f->scheduler,
+                  "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler "
+                  "(default: the one scheduler/scheduler_config.json names)");
+  cmd->add_option("--mode", f->mode,
+                  "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
+                  "loop as one plan, one call) | auto (eager or graph per model, whichever is faster)")
+      ->default_val("graph-loop");
+  cmd->add_flag("--quiet,-q", f->quiet, "print nothing but errors (and --profile)");
+  cmd->add_flag("--profile", f->profile, "print the time of each stage and the host overhead per denoise step");
+  return [f]() { return generate(*f); };
+}
+
+}  // namespace kiln::cli

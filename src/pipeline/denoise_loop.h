@@ -1,0 +1,41 @@
+// The whole denoise loop as one graph (`kiln generate --mode graph-loop`):
+// the UNet, classifier-free guidance and the scheduler's update for one step,
+// compiled once into a Plan that a single call runs `steps` times.
+//
+//   inputs   x [B, C, h, w]            the latents, updated in place
+//            x0_prev [B, C, h, w]      the last step's x0 estimate (DPM++ 2M), in place
+//            step (i64 scalar)         the step counter, in place
+//            seed (i64 scalar)         the noise seed (a plan serves every seed)
+//            encoder_hidden_states [2B, S, D]   [negative, prompt] context
+//   outputs  x_next, x0, step_next     bound over x, x0_prev and step
+//
+//   per step:  s = in_scale[step]; t = timestep[step]         (tables, Gather by the counter)
+//              out = unet(concat(x s, x s), t, context)
+//              guided = uncond + g (cond - uncond)
+//              x_next, x0, step_next = kiln.DenoiseStep(x, guided, x0_prev, step, coefficients)
+//
+// Every per-step scalar is read from a table indexed by the counter when the
+// step runs; nothing step-dependent is baked into a step's arguments, so one
+// plan replays every step correctly. Ancestral noise is drawn inside the
+// plan from the seed and the counter, at the place in kiln's noise stream
+// where the host loop draws it: the modes give the same image.
+#pragma once
+
+#include "ir/graph.h"
+#include "pipeline/scheduler.h"
+
+namespace kiln {
+
+struct DenoiseLoopSpec {
+  int64_t batch = 1, channels = 4, height = 0, width = 0;  // the latents
+  Shape context_shape;                                   // [2 batch, S, D], the text encoder's output
+  DType timestep_dtype = DType::kF32;                    // the UNet's timestep input
+  float guidance_scale = 7.5f;
+  uint64_t noise_first_pair = 0;                         // where step 0's noise starts in the stream
+};
+
+// `unet` is copied into the loop graph (its inputs sample, timestep,
+// encoder_hidden_states; its first output the noise prediction).
+Result<Graph> denoise_loop_graph(const Graph& unet, const StepTables& tables, const DenoiseLoopSpec& spec);
+
+}  // namespace kiln

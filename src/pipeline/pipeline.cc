@@ -1,0 +1,333 @@
+#include "pipeline/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/rng.h"
+#include "onnx/onnx_import.h"
+#include "pipeline/denoise_loop.h"
+#include "pipeline/json_file.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr size_t kMaxConfigBytes = size_t(1) << 20;
+constexpr int kMaxBatch = 64;
+constexpr int kMaxImageSide = 4096;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+const Value* find_input(const Graph& g, std::string_view name) {
+  for (const Value* v : g.inputs())
+    if (v->name == name) return v;
+  return nullptr;
+}
+
+std::string input_names(const Graph& g) {
+  std::string names;
+  for (const Value* v : g.inputs()) names += (names.empty() ? "" : ", ") + v->name;
+  return names;
+}
+
+// DIR/<component>/model.onnx imported, with the inputs kiln feeds it checked.
+Result<Graph> import_component(const std::string& path, std::initializer_list<std::string_view> inputs) {
+  if (!std::filesystem::exists(path)) return not_found("{}: missing from the pipeline folder", path);
+  KILN_ASSIGN_OR_RETURN(Graph g, onnx_import_file(path));
+  for (std::string_view name : inputs)
+    if (!find_input(g, name))
+      return invalid_argument("{}: the model has no input '{}' (its inputs: {})", path, name, input_names(g));
+  return g;
+}
+
+// A runner whose first load hands over the graph already imported and checked.
+Result<std::unique_ptr<ModelRunner>> make_runner(const std::string& path, Graph checked,
+                                                 const PipelineOptions& options) {
+  auto first = std::make_shared<std::optional<Graph>>(std::move(checked));
+  auto load = [path, first]() -> Result<Graph> {
+    if (*first) {
+      Graph g = std::move(**first);
+      first->reset();
+      return g;
+    }
+    return onnx_import_file(path);
+  };
+  return ModelRunner::create(load, {.mode = options.mode, .log = options.log});
+}
+
+// An integer config field in [1, max]; `fallback` when absent.
+Result<int64_t> config_int(const nlohmann::json& config, const char* key, int64_t fallback, int64_t max,
+                           const std::string& path) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  std::optional<int64_t> v = json_int_in_range(*it, max);
+  if (!v || *v < 1) return invalid_argument("{}: \"{}\" must be an integer in [1, {}], got {}", path, key, max, it->dump());
+  return *v;
+}
+
+Tensor copy_of(const TensorView& v) {
+  Tensor t = *Tensor::empty(v.dtype, v.shape);
+  std::memcpy(t.raw(), v.data, v.nbytes());
+  return t;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& dir, const PipelineOptions& options) {
+  if (!std::filesystem::is_directory(dir))
+    return not_found("{}: not a pipeline folder (expected model_index.json, unet/, text_encoder/, ...)", dir);
+  std::unique_ptr<Pipeline> p(new Pipeline());
+  p->dir_ = dir;
+  p->options_ = options;
+
+  const std::string index_path = dir + "/model_index.json";
+  KILN_ASSIGN_OR_RETURN(nlohmann::json index, read_json_file(index_path, kMaxConfigBytes, false));
+  if (index.contains("text_encoder_2"))
+    return unsupported("{}: a two-text-encoder pipeline (Stable Diffusion XL); kiln runs SD 1.x/2.x layouts",
+                       index_path);
+
+  KILN_ASSIGN_OR_RETURN(ClipTokenizer tokenizer, ClipTokenizer::load(dir + "/tokenizer"));
+  p->tokenizer_ = std::move(tokenizer);
+  KILN_ASSIGN_OR_RETURN(p->scheduler_config_, load_scheduler_config(dir + "/scheduler/scheduler_config.json"));
+
+  const std::string unet_config_path = dir + "/unet/config.json";
+  KILN_ASSIGN_OR_RETURN(nlohmann::json unet_config, read_json_file(unet_config_path, kMaxConfigBytes, true));
+  KILN_ASSIGN_OR_RETURN(int64_t sample_size, config_int(unet_config, "sample_size", 64, 1024, unet_config_path));
+  p->sample_size_ = int(sample_size);
+  const std::string vae_config_path = dir + "/vae_decoder/config.json";
+  KILN_ASSIGN_OR_RETURN(nlohmann::json vae_config, read_json_file(vae_config_path, kMaxConfigBytes, true));
+  KILN_ASSIGN_OR_RETURN(int64_t latent_channels, config_int(vae_config, "latent_channels", 4, 64, vae_config_path));
+  p->latent_channels_ = int(latent_channels);
+  if (auto it = vae_config.find("scaling_factor"); it != vae_config.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>()))
+      return invalid_argument("{}: \"scaling_factor\" must be a positive number, got {}", vae_config_path, it->dump());
+    p->scaling_factor_ = it->get<float>();
+  }
+  if (auto it = vae_config.find("block_out_channels"); it != vae_config.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty() || it->size() > 8)
+      return invalid_argument("{}: \"block_out_channels\" must be a list of 1 to 8 sizes", vae_config_path);
+    p->vae_factor_ = 1 << (it->size() - 1);  // one 2x upsample between consecutive blocks
+  }
+
+  const std::string text_path = dir + "/text_encoder/model.onnx";
+  KILN_ASSIGN_OR_RETURN(Graph text, import_component(text_path, {"input_ids"}));
+  p->ids_dtype_ = find_input(text, "input_ids")->dtype;
+  if (p->ids_dtype_ != DType::kI64 && p->ids_dtype_ != DType::kI32)
+    return unsupported("{}: input_ids is {}; kiln feeds int32 or int64 ids", text_path, dtype_name(p->ids_dtype_));
+  for (size_t i = 0; i < text.outputs().size(); ++i)
+    if (text.outputs()[i]->name == "last_hidden_state") p->hidden_state_output_ = i;
+  KILN_ASSIGN_OR_RETURN(p->text_encoder_, make_runner(text_path, std::move(text), options));
+
+  p->unet_path_ = dir + "/unet/model.onnx";
+  KILN_ASSIGN_OR_RETURN(Graph unet, import_component(p->unet_path_, {"sample", "timestep", "encoder_hidden_states"}));
+  p->timestep_dtype_ = find_input(unet, "timestep")->dtype;
+  if (p->timestep_dtype_ != DType::kF32 && p->timestep_dtype_ != DType::kI64)
+    return unsupported("{}: timestep is {}; kiln feeds float32 or int64 timesteps", p->unet_path_,
+                       dtype_name(p->timestep_dtype_));
+  if (unet.outputs().empty()) return invalid_argument("{}: the model has no output", p->unet_path_);
+  KILN_ASSIGN_OR_RETURN(p->unet_, make_runner(p->unet_path_, std::move(unet), options));
+
+  const std::string vae_path = dir + "/vae_decoder/model.onnx";
+  KILN_ASSIGN_OR_RETURN(Graph vae, import_component(vae_path, {"latent_sample"}));
+  KILN_ASSIGN_OR_RETURN(p->vae_decoder_, make_runner(vae_path, std::move(vae), options));
+  return p;
+}
+
+Result<Tensor> Pipeline::encode_prompts(const GenerateOptions& o, StageTimes& times) {
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> negative = tokenizer_->tokenize(o.negative_prompt), prompt = tokenizer_->tokenize(o.prompt);
+  const int64_t b = o.batch, length = tokenizer_->max_length();
+  KILN_ASSIGN_OR_RETURN(Tensor ids, Tensor::empty(ids_dtype_, {2 * b, length}));
+  for (int64_t row = 0; row < 2 * b; ++row) {  // [negative x batch, prompt x batch]
+    const std::vector<int32_t>& src = row < b ? negative : prompt;
+    for (int64_t j = 0; j < length; ++j) {
+      if (ids_dtype_ == DType::kI64) ids.data<int64_t>()[row * length + j] = src[size_t(j)];
+      else ids.data<int32_t>()[row * length + j] = src[size_t(j)];
+    }
+  }
+  times.tokenize = ms_since(start);
+  start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, text_encoder_->run({{"input_ids", ids}}));
+  if (hidden_state_output_ >= out.size()) return invalid_argument("{}/text_encoder: too few outputs", dir_);
+  const Tensor& hidden = out[hidden_state_output_];
+  if (hidden.dtype() != DType::kF32 || hidden.rank() != 3 || hidden.shape()[0] != 2 * b)
+    return invalid_argument("{}/text_encoder: expected a float32 [{}, sequence, width] hidden state, got {} {}", dir_,
+                            2 * b, dtype_name(hidden.dtype()), shape_to_string(hidden.shape()));
+  Tensor context = copy_of(hidden.view());  // the runner's output view is overwritten by its next run
+  times.text_encoder = ms_since(start);
+  return context;
+}
+
+Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& o, const Tensor& context, Tensor& x,
+                               uint64_t noise_first_pair, Generation& g) {
+  const Shape& shape = x.shape();
+  const int64_t b = shape[0];
+  const size_t n = size_t(x.numel());
+  KILN_ASSIGN_OR_RETURN(Tensor model_in, Tensor::empty(DType::kF32, {2 * b, shape[1], shape[2], shape[3]}));
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype_, {2 * b}));
+  std::vector<float> guided(n), x0_prev(n), noise(tables.needs_noise ? n : 0);
+  float* xs = x.data<float>();
+  for (int i = 0; i < tables.steps(); ++i) {
+    const float scale = tables.in_scale[size_t(i)];
+    float* in = model_in.data<float>();
+    for (size_t j = 0; j < n; ++j) in[j] = in[n + j] = xs[j] * scale;
+    for (int64_t j = 0; j < 2 * b; ++j) {
+      if (timestep_dtype_ == DType::kI64) t.data<int64_t>()[j] = int64_t(tables.timestep[size_t(i)]);
+      else t.data<float>()[j] = tables.timestep[size_t(i)];
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                          unet_->run({{"sample", model_in}, {"timestep", t}, {"encoder_hidden_states", context}}));
+    g.times.model += unet_->last_report().run_ms;
+    g.times.compile += unet_->last_report().compile_ms;
+    if (out[0].dtype() != DType::kF32 || out[0].shape() != model_in.shape())
+      return invalid_argument("{}: the noise prediction is {} {}, expected f32 {}", unet_path_,
+                              dtype_name(out[0].dtype()), shape_to_string(out[0].shape()),
+                              shape_to_string(model_in.shape()));
+    // Classifier-free guidance over the batched [uncond, cond] prediction.
+    const float* uncond = out[0].data<float>();
+    const float* cond = uncond + n;
+    for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + o.guidance_scale * (cond[j] - uncond[j]);
+    // The same place in the noise stream kiln.DenoiseStep draws from.
+    if (tables.needs_noise) NoiseStream(o.seed, noise_first_pair + uint64_t(i) * ((n + 1) / 2)).fill(noise.data(), n);
+    scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
+    if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
+    if (o.on_step) o.on_step(i, tables.steps());
+  }
+  return ok_status();
+}
+
+Status Pipeline::run_whole_loop(const StepTables& tables, const std::string& tables_key, const GenerateOptions& o,
+                                const Tensor& context, Tensor& x, uint64_t noise_first_pair, Generation& g) {
+  const Shape& shape = x.shape();
+  // Everything the loop's graph depends on: the shapes (which fix where the
+  // step noise starts), the guidance scale and the tables.
+  const std::string key = fmt::format("{} {} guidance={} {}", signature_entry("x", DType::kF32, shape),
+                                      signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
+                                      tables_key);
+  std::unique_ptr<Plan>& plan = loop_plans_[key];
+  if (!plan) {
+    const auto start = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(Graph unet, onnx_import_file(unet_path_));
+    const DenoiseLoopSpec spec{.batch = shape[0], .channels = shape[1], .height = shape[2], .width = shape[3],
+                               .context_shape = context.shape(), .timestep_dtype = timestep_dtype_,
+                               .guidance_scale = o.guidance_scale, .noise_first_pair = noise_first_pair};
+    auto loop = denoise_loop_graph(unet, tables, spec);
+    if (!loop.ok()) return loop.status().with_context(unet_path_);
+    KILN_ASSIGN_OR_RETURN(plan, Plan::compile(std::move(*loop), {}));
+    g.times.compile = ms_since(start);
+    if (options_.log)
+      options_.log(fmt::format("compiled the whole {}-step denoise loop into one plan: {} kernel calls a step, "
+                               "arena {:.1f} MiB ({:.0f} ms)",
+                               tables.steps(), plan->stats().steps, plan->stats().arena_bytes / 1048576.0,
+                               g.times.compile));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor x0_prev, Tensor::empty(DType::kF32, shape));
+  int64_t step = 0;
+  int64_t seed = std::bit_cast<int64_t>(o.seed);
+  const TensorView step_view{DType::kI64, {}, &step}, seed_view{DType::kI64, {}, &seed};
+  // The loop's state lives in place: each output bound over the input it updates.
+  KILN_RETURN_IF_ERROR(plan->bind_input("x", x.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_input("x0_prev", x0_prev.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_input("step", step_view));
+  KILN_RETURN_IF_ERROR(plan->bind_input("seed", seed_view));
+  KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", context.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_output("x_next", x.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_output("x0", x0_prev.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_output("step_next", step_view));
+  const auto start = std::chrono::steady_clock::now();
+  Status status = plan->run_repeated(tables.steps(), [&](int64_t done) {
+    if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
+    if (o.on_step) o.on_step(int(done - 1), tables.steps());
+  });
+  g.times.model = ms_since(start);
+  return status;
+}
+
+Status Pipeline::decode(Generation& g) {
+  const auto start = std::chrono::steady_clock::now();
+  Tensor z = copy_of(g.latents.view());
+  for (int64_t j = 0; j < z.numel(); ++j) z.data<float>()[j] = g.latents.data<float>()[j] / scaling_factor_;
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, vae_decoder_->run({{"latent_sample", z}}));
+  const Tensor& image = out[0];
+  const int64_t b = z.shape()[0];
+  const Shape expected{b, 3, g.height, g.width};
+  if (image.dtype() != DType::kF32 || image.shape() != expected)
+    return invalid_argument("{}/vae_decoder: the image is {} {}, expected f32 {}", dir_, dtype_name(image.dtype()),
+                            shape_to_string(image.shape()), shape_to_string(expected));
+  g.image = copy_of(image.view());
+  // [-1, 1] to bytes as diffusers does: (v / 2 + 0.5) clamped, times 255, rounded half to even.
+  const size_t plane = size_t(g.width) * size_t(g.height);
+  g.pixels.resize(size_t(b) * plane * 3);
+  const float* v = g.image.data<float>();
+  for (int64_t i = 0; i < b; ++i)
+    for (size_t p = 0; p < plane; ++p)
+      for (size_t c = 0; c < 3; ++c) {
+        float u = std::clamp(v[(size_t(i) * 3 + c) * plane + p] / 2 + 0.5f, 0.0f, 1.0f) * 255.0f;
+        if (!(u >= 0.0f)) u = 0.0f;  // NaN
+        g.pixels[(size_t(i) * plane + p) * 3 + c] = uint8_t(std::nearbyint(u));
+      }
+  g.times.vae_decode = ms_since(start);
+  return ok_status();
+}
+
+Result<Generation> Pipeline::generate(const GenerateOptions& o) {
+  Generation g;
+  g.width = o.width ? o.width : default_size();
+  g.height = o.height ? o.height : default_size();
+  if (g.width <= 0 || g.height <= 0 || g.width > kMaxImageSide || g.height > kMaxImageSide ||
+      g.width % vae_factor_ || g.height % vae_factor_)
+    return invalid_argument("the image size must be a multiple of {} from {} to {} on each side, got {}x{}",
+                            vae_factor_, vae_factor_, kMaxImageSide, g.width, g.height);
+  if (o.batch < 1 || o.batch > kMaxBatch) return invalid_argument("the batch must be 1 to {}, got {}", kMaxBatch, o.batch);
+  if (!std::isfinite(o.guidance_scale)) return invalid_argument("the guidance scale must be a finite number");
+
+  // The scheduler: the one asked for ("dpmpp_2m_karras" = dpmpp_2m with
+  // Karras sigmas), else the one the pipeline's config names.
+  SchedulerConfig config = scheduler_config_;
+  SchedulerKind kind;
+  if (o.scheduler.empty()) {
+    bool substituted = false;
+    kind = default_scheduler_kind(config, &substituted);
+    if (substituted && options_.log)
+      options_.log(fmt::format("the pipeline's {} is not a scheduler kiln implements; using {}", config.class_name,
+                               scheduler_kind_name(kind)));
+  } else {
+    std::string_view name = o.scheduler;
+    config.use_karras_sigmas = name.ends_with("_karras");
+    if (config.use_karras_sigmas) name.remove_suffix(std::string_view("_karras").size());
+    KILN_ASSIGN_OR_RETURN(kind, parse_scheduler_kind(name));
+  }
+  const bool karras = config.use_karras_sigmas && (kind == SchedulerKind::kEuler || kind == SchedulerKind::kDpmpp2m);
+  g.scheduler = std::string(scheduler_kind_name(kind)) + (karras ? "_karras" : "");
+  KILN_ASSIGN_OR_RETURN(StepTables tables, make_step_tables(kind, config, o.steps));
+
+  KILN_ASSIGN_OR_RETURN(Tensor context, encode_prompts(o, g.times));
+
+  // The initial latents: the first draws of the seed's noise stream.
+  const Shape shape{o.batch, latent_channels_, g.height / vae_factor_, g.width / vae_factor_};
+  KILN_ASSIGN_OR_RETURN(Tensor x, Tensor::empty(DType::kF32, shape));
+  NoiseStream noise(o.seed);
+  noise.fill(x.data<float>(), size_t(x.numel()));
+  for (int64_t j = 0; j < x.numel(); ++j) x.data<float>()[j] *= tables.init_noise_sigma;
+
+  const auto start = std::chrono::steady_clock::now();
+  if (options_.whole_loop)
+    KILN_RETURN_IF_ERROR(run_whole_loop(tables, fmt::format("{} steps={}", g.scheduler, o.steps), o, context, x,
+                                        noise.next_pair(), g));
+  else
+    KILN_RETURN_IF_ERROR(run_host_loop(tables, o, context, x, noise.next_pair(), g));
+  g.times.denoise = ms_since(start);
+  g.latents = std::move(x);
+  KILN_RETURN_IF_ERROR(decode(g));
+  return g;
+}
+
+}  // namespace kiln

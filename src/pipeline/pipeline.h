@@ -1,0 +1,118 @@
+// A Stable Diffusion 1.x/2.x pipeline folder in the layout Hugging Face
+// optimum's ONNX exporter writes, and text-to-image generation over it:
+//
+//   DIR/model_index.json
+//   DIR/scheduler/scheduler_config.json
+//   DIR/tokenizer/{vocab.json,merges.txt,special_tokens_map.json,tokenizer_config.json}
+//   DIR/text_encoder/model.onnx       input_ids -> last_hidden_state
+//   DIR/unet/model.onnx (+ model.onnx_data)  sample, timestep, encoder_hidden_states -> out_sample
+//   DIR/vae_decoder/model.onnx (+ config.json: scaling_factor, block_out_channels)
+//   DIR/vae_encoder/model.onnx        (image-to-image only)
+//
+//   KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load("models/sd15", {.mode = ExecutionMode::kGraph}));
+//   KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate({.prompt = "a cat", .steps = 20, .seed = 1}));
+//   // g.pixels: height x width x RGB bytes of the first image
+//
+// Generation, as diffusers' StableDiffusionPipeline does it: the prompt and
+// the negative prompt encoded as one batch [negative, prompt];
+// classifier-free guidance from one batched UNet pass over [x, x] per step;
+// the scheduler's update as per-step coefficient tables (pipeline/scheduler.h);
+// latents / scaling_factor decoded by the VAE. The initial latents and any
+// ancestral noise come from kiln's generator (pipeline/rng.h): the same seed
+// gives the same image in every mode.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/clip_tokenizer.h"
+#include "pipeline/scheduler.h"
+#include "runtime/model_runner.h"
+
+namespace kiln {
+
+struct PipelineOptions {
+  ExecutionMode mode = ExecutionMode::kGraph;  // how each model runs
+  // The whole denoise loop (UNet, guidance, scheduler) as one plan run by one
+  // call (`--mode graph-loop`), instead of a host loop calling the UNet.
+  bool whole_loop = false;
+  std::function<void(const std::string&)> log;  // decisions worth telling the user
+};
+
+// Called after each denoise step: (step index, steps).
+using StepCallback = std::function<void(int, int)>;
+
+struct GenerateOptions {
+  std::string prompt, negative_prompt;
+  int steps = 20;
+  float guidance_scale = 7.5f;
+  uint64_t seed = 0;
+  int width = 0, height = 0;  // 0: the UNet's sample_size times the VAE factor
+  int batch = 1;              // images per prompt
+  std::string scheduler;      // empty: the one scheduler_config.json names
+  bool keep_trajectory = false;  // keep the latents after every step
+  StepCallback on_step;
+};
+
+// Wall time of each stage, ms. The denoise loop is also split into the time
+// the model's kernels ran (`model`: the UNet plan or eager runs of a host
+// loop; the one plan call of graph-loop, which includes guidance and the
+// scheduler), compiling (first runs), and the rest: the host's work per step
+// (building inputs, plan lookup and binding, guidance, the scheduler update).
+struct StageTimes {
+  double tokenize = 0, text_encoder = 0;
+  double denoise = 0, model = 0, compile = 0, vae_decode = 0;
+  // Host time per denoise step outside the model's kernels and compiles, ms.
+  double host_overhead_per_step(int steps) const {
+    return steps > 0 ? std::max(0.0, denoise - compile - model) / steps : 0.0;
+  }
+};
+
+struct Generation {
+  Tensor latents;                  // [batch, C, h, w], the final latents
+  std::vector<Tensor> trajectory;  // the latents after each step (keep_trajectory)
+  Tensor image;                    // [batch, 3, H, W] in [-1, 1], the VAE's output
+  std::vector<uint8_t> pixels;     // batch images of H x W x RGB, row-major
+  int width = 0, height = 0;
+  std::string scheduler;           // the scheduler used (parse_scheduler_kind's name)
+  StageTimes times;
+};
+
+class Pipeline {
+ public:
+  static Result<std::unique_ptr<Pipeline>> load(const std::string& dir, const PipelineOptions& options);
+  Result<Generation> generate(const GenerateOptions& options);
+
+  const std::string& dir() const { return dir_; }
+  const ClipTokenizer& tokenizer() const { return *tokenizer_; }
+  // The default image size: the UNet's sample_size times the VAE factor.
+  int default_size() const { return sample_size_ * vae_factor_; }
+  int vae_factor() const { return vae_factor_; }
+
+ private:
+  Pipeline() = default;
+  Result<Tensor> encode_prompts(const GenerateOptions& options, StageTimes& times);
+  Status run_host_loop(const StepTables& tables, const GenerateOptions& o, const Tensor& context, Tensor& x,
+                       uint64_t noise_first_pair, Generation& g);
+  Status run_whole_loop(const StepTables& tables, const std::string& tables_key, const GenerateOptions& o,
+                        const Tensor& context, Tensor& x, uint64_t noise_first_pair, Generation& g);
+  Status decode(Generation& g);
+
+  std::string dir_, unet_path_;
+  PipelineOptions options_;
+  std::optional<ClipTokenizer> tokenizer_;
+  SchedulerConfig scheduler_config_;
+  std::unique_ptr<ModelRunner> text_encoder_, unet_, vae_decoder_;
+  std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by loop signature
+  DType ids_dtype_ = DType::kI64, timestep_dtype_ = DType::kF32;
+  size_t hidden_state_output_ = 0;  // the text encoder's last_hidden_state
+  int latent_channels_ = 4, sample_size_ = 64, vae_factor_ = 8;
+  float scaling_factor_ = 0.18215f;
+};
+
+}  // namespace kiln
