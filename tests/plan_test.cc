@@ -2,6 +2,8 @@
 // heap allocation, and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "heap_counter/heap_counter.h"
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
@@ -195,6 +197,50 @@ TEST(Plan, FeedsAnOutputBackAsTheNextRunsInputWithoutCopying) {
   for (int step = 0; step < 3; ++step) ASSERT_TRUE((*plan)->run().ok());
   EXPECT_EQ(latent.data<float>()[0], 2.75f);  // 8 -> 5 -> 3.5 -> 2.75
   EXPECT_EQ((*plan)->output(0).data, latent.raw());
+}
+
+// x' = (x * x + x) * 0.5 + relu(c): relu(c) reads no loop-carried input. It
+// runs after x * x dies, so without the loop's lifetimes the arena would give
+// it x * x's memory, which the next iteration overwrites before relu(c) is
+// read again.
+TEST(Plan, RunsLoopInvariantStepsOncePerRepeatedRun) {
+  Graph g;
+  const SymShape shape{Dim(64)};
+  Value* x = g.add_input("x", DType::kF32, shape);
+  Value* c = g.add_input("c", DType::kF32, shape);
+  Value* half = g.add_constant("half", *Tensor::from_vector<float>({}, {0.5f}));
+  auto v = [&](const char* name) { return g.add_value(name); };
+  Value *sq = v("sq"), *sum = v("sum"), *inv = v("inv"), *halved = v("halved"), *next = v("next");
+  g.add_node(OpKind::kMul, "square", {x, x}, {sq});
+  g.add_node(OpKind::kAdd, "sum", {sq, x}, {sum});
+  g.add_node(OpKind::kRelu, "relu", {c}, {inv});
+  g.add_node(OpKind::kMul, "halve", {sum, half}, {halved});
+  g.add_node(OpKind::kAdd, "next", {halved, inv}, {next});
+  g.mark_output(next);
+  auto plan = Plan::compile(std::move(g), {.loop_carried = {"x"}});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ((*plan)->stats().loop_invariant_steps, 1);
+
+  auto expect = [](std::vector<float> x, const std::vector<float>& c, int times) {
+    for (int t = 0; t < times; ++t)
+      for (size_t i = 0; i < x.size(); ++i) x[i] = (x[i] * x[i] + x[i]) * 0.5f + std::max(c[i], 0.0f);
+    return x;
+  };
+  std::vector<float> x0(64), c0(64);
+  for (int i = 0; i < 64; ++i) x0[size_t(i)] = 0.01f * float(i % 7), c0[size_t(i)] = 0.1f * float(i % 5) - 0.2f;
+  Tensor xt = *Tensor::from_vector<float>({64}, x0), ct = *Tensor::from_vector<float>({64}, c0);
+  ASSERT_TRUE((*plan)->bind_input("x", xt.view()).ok());
+  ASSERT_TRUE((*plan)->bind_input("c", ct.view()).ok());
+  ASSERT_TRUE((*plan)->bind_output("next", xt.view()).ok());
+  ASSERT_TRUE((*plan)->run_repeated(3).ok());
+  std::vector<float> want = expect(x0, c0, 3);
+  for (size_t i = 0; i < 64; ++i) ASSERT_FLOAT_EQ(xt.data<float>()[i], want[i]) << i;
+  // A new run_repeated call computes the invariant steps again from the new c.
+  for (float& f : c0) f += 0.3f;
+  std::copy(c0.begin(), c0.end(), ct.data<float>());
+  ASSERT_TRUE((*plan)->run_repeated(2).ok());
+  want = expect(want, c0, 2);
+  for (size_t i = 0; i < 64; ++i) ASSERT_FLOAT_EQ(xt.data<float>()[i], want[i]) << i;
 }
 
 TEST(Plan, RefusesBindingsThatWouldOverwriteAnInputStillRead) {

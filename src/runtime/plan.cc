@@ -75,6 +75,7 @@ struct Plan::Buffer {
   std::vector<size_t> values;             // value ids stored in it
   void* caller = nullptr;                 // the caller buffer an output is bound to
   int64_t caller_output = -1;             // which output bound it (it may bind again elsewhere)
+  bool loop_invariant = false;            // written once per run_repeated call, read by every iteration
 };
 
 struct Plan::Step {
@@ -159,7 +160,7 @@ Status Plan::build(const PlanOptions& options) {
 
   auto new_buffer = [&](Value* v, Buffer::Kind kind, int64_t first_step) {
     buffer_of_[v->id] = int64_t(buffers_.size());
-    buffers_.push_back(Buffer{kind, views_[v->id].nbytes(), first_step, first_step, 0, {v->id}, nullptr});
+    buffers_.push_back(Buffer{kind, views_[v->id].nbytes(), first_step, first_step, 0, {v->id}});
   };
   for (Value* in : graph_.inputs()) {
     inputs_.push_back(in);
@@ -219,6 +220,7 @@ Status Plan::build(const PlanOptions& options) {
     for (const Value* in : node.inputs) step.ctx.inputs.push_back(in ? &views_[in->id] : nullptr);
     for (const Value* out : node.outputs) step.ctx.outputs.push_back(out ? &views_[out->id] : nullptr);
   }
+  mark_loop_invariant(options.loop_carried);
   stats_.steps = int64_t(steps_.size());
   stats_.nodes = int64_t(nodes.size());
   for (const auto& n : nodes) stats_.flops += node_flops(*n);
@@ -232,15 +234,45 @@ Status Plan::build(const PlanOptions& options) {
   return ok_status();
 }
 
+// A step is loop-invariant when none of its inputs depends on a loop-carried
+// input. Graph outputs are always recomputed (the caller reads them each
+// iteration, and may bind them over carried inputs).
+void Plan::mark_loop_invariant(const std::set<std::string>& loop_carried) {
+  step_invariant_.assign(steps_.size(), false);
+  if (loop_carried.empty()) return;
+  std::vector<bool> varies(graph_.values().size(), false);
+  for (const Value* in : inputs_) varies[in->id] = loop_carried.count(in->name) > 0;
+  for (const auto& node : graph_.nodes()) {
+    bool any = false;
+    for (const Value* in : node->inputs) any |= in && varies[in->id];
+    for (const Value* out : node->outputs)
+      if (out) varies[out->id] = any || out->is_output;
+  }
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Node& node = *steps_[s].ctx.node;
+    bool invariant = true;
+    for (const Value* out : node.outputs) invariant &= !out || !varies[out->id];
+    if (!invariant) continue;
+    step_invariant_[s] = true;
+    ++stats_.loop_invariant_steps;
+    // Its outputs must survive every other step of every iteration.
+    for (const Value* out : node.outputs)
+      if (out && buffer_of_[out->id] >= 0) buffers_[size_t(buffer_of_[out->id])].loop_invariant = true;
+  }
+}
+
 // Lays out every arena buffer and each step's scratch in one arena, and
 // points the values at their place in it.
 Status Plan::plan_arena(const std::vector<size_t>& scratch_bytes) {
   std::vector<BufferLifetime> lifetimes;
   std::vector<size_t> arena_buffers;
+  const int64_t end = int64_t(graph_.nodes().size());
   for (size_t b = 0; b < buffers_.size(); ++b)
     if (buffers_[b].kind == Buffer::Kind::kArena) {
       arena_buffers.push_back(b);
-      lifetimes.push_back({buffers_[b].first_step, buffers_[b].last_step, buffers_[b].bytes});
+      const Buffer& buf = buffers_[b];
+      if (buf.loop_invariant) lifetimes.push_back({0, end, buf.bytes});
+      else lifetimes.push_back({buf.first_step, buf.last_step, buf.bytes});
     }
   for (size_t s = 0; s < steps_.size(); ++s)
     lifetimes.push_back({steps_[s].node_index, steps_[s].node_index, scratch_bytes[s]});
@@ -411,7 +443,9 @@ Status Plan::check_bindings() const {
   return ok_status();
 }
 
-Status Plan::run(RunProfile* profile) {
+Status Plan::run(RunProfile* profile) { return run_steps(false, profile); }
+
+Status Plan::run_steps(bool skip_invariant, RunProfile* profile) {
   for (size_t i = 0; i < inputs_.size(); ++i)
     if (!input_bound_[i]) return invalid_argument("input '{}' is not bound", inputs_[i]->name);
   if (!bindings_checked_) {
@@ -425,6 +459,7 @@ Status Plan::run(RunProfile* profile) {
     auto ms = [](auto from, auto to) { return std::chrono::duration<double, std::milli>(to - from).count(); };
     for (size_t s = 0; s < steps_.size(); ++s) {
       Step& step = steps_[s];
+      if (skip_invariant && step_invariant_[s]) continue;
       workspace_->reset(arena_ + step.scratch_offset, step.scratch_bytes);
       const int64_t allocations = heap ? heap() : 0;
       const auto start = std::chrono::steady_clock::now();
@@ -434,7 +469,9 @@ Status Plan::run(RunProfile* profile) {
       profile->steps[s] = {step.ctx.node, ms(run_start, start), ms(start, end), heap ? heap() - allocations : -1};
     }
   } else {
-    for (Step& step : steps_) {
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (skip_invariant && step_invariant_[s]) continue;
+      Step& step = steps_[s];
       workspace_->reset(arena_ + step.scratch_offset, step.scratch_bytes);
       Status status = step.fn(step.ctx);
       if (!status.ok()) return status;
@@ -446,7 +483,7 @@ Status Plan::run(RunProfile* profile) {
 
 Status Plan::run_repeated(int64_t times, const std::function<void(int64_t)>& after_each) {
   for (int64_t i = 0; i < times; ++i) {
-    KILN_RETURN_IF_ERROR(run());
+    KILN_RETURN_IF_ERROR(run_steps(/*skip_invariant=*/i > 0, nullptr));
     if (after_each) after_each(i + 1);
   }
   return ok_status();

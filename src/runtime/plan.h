@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,13 @@ namespace kiln {
 struct PlanOptions {
   std::map<std::string, int64_t> dims;  // a size for every symbolic input dim
   PassOptions passes;
+  // Inputs that a run_repeated loop carries from one iteration to the next
+  // (bound over the outputs that update them: a denoise loop's latents and
+  // step counter). Steps that read none of them, directly or through other
+  // steps, compute the same values every iteration (a UNet's cross-attention
+  // keys and values of the prompt): run_repeated runs them once per call and
+  // keeps their outputs in the arena. Empty: every step runs every iteration.
+  std::set<std::string> loop_carried;
 };
 
 // Figures from compile time (what `kiln bench` reports).
@@ -45,6 +53,7 @@ struct PlanStats {
   size_t lower_bound_bytes = 0;  // most bytes live at any one step
   size_t packed_weight_bytes = 0;  // constant weights re-laid out for the kernels
   int64_t steps = 0;             // kernel calls per run (view ops cost none)
+  int64_t loop_invariant_steps = 0;  // of which run_repeated runs once per call (PlanOptions::loop_carried)
   int64_t nodes = 0;             // nodes after the passes
   int64_t flops = 0;             // per run: matmul, convolution and attention multiply-adds x 2
   double compile_ms = 0;
@@ -96,8 +105,9 @@ class Plan {
   Status run(RunProfile* profile = nullptr);
   // Runs the plan `times` times in one call, the bindings kept: a loop whose
   // state is bound in place (outputs over the inputs they update, as a
-  // compiled denoise loop binds its latents and step counter). `after_each`
-  // (optional) hears the iteration count after each pass, for progress.
+  // compiled denoise loop binds its latents and step counter). Loop-invariant
+  // steps (PlanOptions::loop_carried) run in the first iteration only.
+  // `after_each` (optional) hears the iteration count after each pass, for progress.
   Status run_repeated(int64_t times, const std::function<void(int64_t)>& after_each = {});
 
   // Output i of the last run: the caller's buffer when bound, else a view
@@ -114,6 +124,8 @@ class Plan {
 
   Plan();
   Status build(const PlanOptions& options);
+  void mark_loop_invariant(const std::set<std::string>& loop_carried);
+  Status run_steps(bool skip_invariant, RunProfile* profile);
   Status plan_arena(const std::vector<size_t>& scratch_bytes);
   Status prepare_kernels(std::vector<size_t>& scratch_bytes);
   void point_buffer(size_t buffer, void* data);
@@ -129,6 +141,7 @@ class Plan {
   std::vector<Buffer> buffers_;
   std::unique_ptr<CpuContext> cpu_;  // before steps_: their kernel states use its engine
   std::vector<Step> steps_;
+  std::vector<bool> step_invariant_;  // per step: reads no loop-carried input (PlanOptions::loop_carried)
   std::unique_ptr<ArenaWorkspace> workspace_;
   std::byte* arena_ = nullptr;
   std::vector<bool> input_bound_;
