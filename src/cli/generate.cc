@@ -130,7 +130,7 @@ Status generate(const GenerateFlags& f) {
 
   if (f.profile) {
     const StageTimes& t = g.times;
-    fmt::print("profile ({} mode, {} steps, {}):\n", f.mode, f.steps, g.scheduler);
+    fmt::print("profile ({}, {} steps of {}):\n", g.mode, f.steps, g.scheduler);
     fmt::print("  {:<14}{:>10.2f} ms\n", "tokenize", t.tokenize);
     fmt::print("  {:<14}{:>10.2f} ms\n", "text encoder", t.text_encoder);
     fmt::print("  {:<14}{:>10.2f} ms  (model kernels {:.2f} ms, compiling {:.2f} ms)\n", "denoise loop", t.denoise,
@@ -170,7 +170,7 @@ Handler add_generate_command(CLI::App& app) {
                   "(default: the one scheduler/scheduler_config.json names)");
   cmd->add_option("--mode", f->mode,
                   "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
-                  "loop as one plan, one call) | auto (eager or graph per model, whichever is faster)")
+                  "loop as one plan, one call) | auto (times a step each way, keeps the fastest and says which)")
       ->default_val("graph-loop");
   cmd->add_flag("--quiet,-q", f->quiet, "print nothing but errors (and --profile)");
   cmd->add_flag("--profile", f->profile, "print the time of each stage and the host overhead per denoise step");

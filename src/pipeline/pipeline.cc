@@ -166,8 +166,9 @@ Result<Tensor> Pipeline::encode_prompts(const GenerateOptions& o, StageTimes& ti
   return context;
 }
 
-Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& o, const Tensor& context, Tensor& x,
-                               uint64_t noise_first_pair, Generation& g) {
+Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g) {
+  const StepTables& tables = run.tables;
+  const GenerateOptions& o = run.options;
   const Shape& shape = x.shape();
   const int64_t b = shape[0];
   const size_t n = size_t(x.numel());
@@ -175,7 +176,7 @@ Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& 
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype_, {2 * b}));
   std::vector<float> guided(n), x0_prev(n), noise(tables.needs_noise ? n : 0);
   float* xs = x.data<float>();
-  for (int i = 0; i < tables.steps(); ++i) {
+  for (int i = 0; i < steps; ++i) {
     const float scale = tables.in_scale[size_t(i)];
     float* in = model_in.data<float>();
     for (size_t j = 0; j < n; ++j) in[j] = in[n + j] = xs[j] * scale;
@@ -184,7 +185,7 @@ Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& 
       else t.data<float>()[j] = tables.timestep[size_t(i)];
     }
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
-                          unet_->run({{"sample", model_in}, {"timestep", t}, {"encoder_hidden_states", context}}));
+                          unet_->run({{"sample", model_in}, {"timestep", t}, {"encoder_hidden_states", run.context}}));
     g.times.model += unet_->last_report().run_ms;
     g.times.compile += unet_->last_report().compile_ms;
     if (out[0].dtype() != DType::kF32 || out[0].shape() != model_in.shape())
@@ -196,7 +197,8 @@ Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& 
     const float* cond = uncond + n;
     for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + o.guidance_scale * (cond[j] - uncond[j]);
     // The same place in the noise stream kiln.DenoiseStep draws from.
-    if (tables.needs_noise) NoiseStream(o.seed, noise_first_pair + uint64_t(i) * ((n + 1) / 2)).fill(noise.data(), n);
+    if (tables.needs_noise)
+      NoiseStream(o.seed, run.noise_first_pair + uint64_t(i) * ((n + 1) / 2)).fill(noise.data(), n);
     scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
     if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
     if (o.on_step) o.on_step(i, tables.steps());
@@ -204,21 +206,17 @@ Status Pipeline::run_host_loop(const StepTables& tables, const GenerateOptions& 
   return ok_status();
 }
 
-Status Pipeline::run_whole_loop(const StepTables& tables, const std::string& tables_key, const GenerateOptions& o,
-                                const Tensor& context, Tensor& x, uint64_t noise_first_pair, Generation& g) {
+Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g) {
+  const StepTables& tables = run.tables;
+  const GenerateOptions& o = run.options;
   const Shape& shape = x.shape();
-  // Everything the loop's graph depends on: the shapes (which fix where the
-  // step noise starts), the guidance scale and the tables.
-  const std::string key = fmt::format("{} {} guidance={} {}", signature_entry("x", DType::kF32, shape),
-                                      signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
-                                      tables_key);
-  std::unique_ptr<Plan>& plan = loop_plans_[key];
+  std::unique_ptr<Plan>& plan = loop_plans_[run.key];
   if (!plan) {
     const auto start = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(Graph unet, onnx_import_file(unet_path_));
     const DenoiseLoopSpec spec{.batch = shape[0], .channels = shape[1], .height = shape[2], .width = shape[3],
-                               .context_shape = context.shape(), .timestep_dtype = timestep_dtype_,
-                               .guidance_scale = o.guidance_scale, .noise_first_pair = noise_first_pair};
+                               .context_shape = run.context.shape(), .timestep_dtype = timestep_dtype_,
+                               .guidance_scale = o.guidance_scale, .noise_first_pair = run.noise_first_pair};
     auto loop = denoise_loop_graph(unet, tables, spec);
     if (!loop.ok()) return loop.status().with_context(unet_path_);
     // The latents, the x0 estimate and the counter change every step; what
@@ -242,17 +240,58 @@ Status Pipeline::run_whole_loop(const StepTables& tables, const std::string& tab
   KILN_RETURN_IF_ERROR(plan->bind_input("x0_prev", x0_prev.view()));
   KILN_RETURN_IF_ERROR(plan->bind_input("step", step_view));
   KILN_RETURN_IF_ERROR(plan->bind_input("seed", seed_view));
-  KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", context.view()));
+  KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", run.context.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("x_next", x.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("x0", x0_prev.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("step_next", step_view));
   const auto start = std::chrono::steady_clock::now();
-  Status status = plan->run_repeated(tables.steps(), [&](int64_t done) {
+  Status status = plan->run_repeated(steps, [&](int64_t done) {
     if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
     if (o.on_step) o.on_step(int(done - 1), tables.steps());
   });
   g.times.model = ms_since(start);
   return status;
+}
+
+Result<bool> Pipeline::choose_whole_loop(const DenoiseRun& run, const Tensor& x) {
+  if (auto it = whole_loop_chosen_.find(run.key); it != whole_loop_chosen_.end()) return it->second;
+  GenerateOptions silent = run.options;
+  silent.on_step = nullptr;
+  silent.keep_trajectory = false;
+  const DenoiseRun quiet{run.tables, silent, run.context, run.noise_first_pair, run.key};
+  // The first steps on scratch latents: one step each way to compile (the
+  // UNet's plan, the loop's plan) and let the UNet's runner settle its own
+  // eager-or-graph choice; then 1 and 3 steps each way, twice, taking turns.
+  // A step's cost is the difference over the two extra steps: graph-loop's
+  // once-per-image work (the prompt's keys and values) then counts as little
+  // as it does over a whole generation.
+  auto trial = [&](bool whole, int steps) -> Result<double> {
+    Tensor scratch = copy_of(x.view());
+    Generation g;
+    const auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(whole ? run_whole_loop(quiet, steps, scratch, g) : run_host_loop(quiet, steps, scratch, g));
+    return ms_since(start);
+  };
+  const int long_trial = std::min(3, run.tables.steps());
+  double shortest[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};  // [whole][1 step, long_trial steps]
+  for (int whole = 0; whole < 2; ++whole) KILN_RETURN_IF_ERROR(trial(whole, 1).status());
+  for (int round = 0; round < 2; ++round)
+    for (int whole = 0; whole < 2; ++whole)
+      for (int n = 0; n < 2; ++n) {
+        KILN_ASSIGN_OR_RETURN(double t, trial(whole, n ? long_trial : 1));
+        shortest[whole][n] = std::min(shortest[whole][n], t);
+      }
+  double ms[2];
+  for (int whole = 0; whole < 2; ++whole)
+    ms[whole] = long_trial > 1 ? (shortest[whole][1] - shortest[whole][0]) / (long_trial - 1) : shortest[whole][0];
+  const bool whole_loop = ms[1] < ms[0];
+  const char* host = execution_mode_name(unet_->last_mode());
+  if (options_.log)
+    options_.log(fmt::format("auto: a denoise step takes {:.3f} ms as graph-loop and {:.3f} ms as a host loop over "
+                             "the UNet ({}): using {}",
+                             ms[1], ms[0], host, whole_loop ? "graph-loop" : host));
+  whole_loop_chosen_[run.key] = whole_loop;
+  return whole_loop;
 }
 
 Status Pipeline::decode(Generation& g) {
@@ -322,13 +361,21 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   noise.fill(x.data<float>(), size_t(x.numel()));
   for (int64_t j = 0; j < x.numel(); ++j) x.data<float>()[j] *= tables.init_noise_sigma;
 
+  // Everything a compiled loop depends on: the shapes (which also fix where
+  // the step noise starts), the guidance scale, the scheduler and the steps.
+  const DenoiseRun run{tables, o, context, noise.next_pair(),
+                       fmt::format("{} {} guidance={} {} steps={}", signature_entry("x", DType::kF32, shape),
+                                   signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
+                                   g.scheduler, o.steps)};
+  bool whole_loop = options_.whole_loop;
+  if (options_.mode == ExecutionMode::kAuto) {
+    KILN_ASSIGN_OR_RETURN(whole_loop, choose_whole_loop(run, x));
+  }
   const auto start = std::chrono::steady_clock::now();
-  if (options_.whole_loop)
-    KILN_RETURN_IF_ERROR(run_whole_loop(tables, fmt::format("{} steps={}", g.scheduler, o.steps), o, context, x,
-                                        noise.next_pair(), g));
-  else
-    KILN_RETURN_IF_ERROR(run_host_loop(tables, o, context, x, noise.next_pair(), g));
+  if (whole_loop) KILN_RETURN_IF_ERROR(run_whole_loop(run, tables.steps(), x, g));
+  else KILN_RETURN_IF_ERROR(run_host_loop(run, tables.steps(), x, g));
   g.times.denoise = ms_since(start);
+  g.mode = whole_loop ? "graph-loop" : execution_mode_name(unet_->last_mode());
   g.latents = std::move(x);
   KILN_RETURN_IF_ERROR(decode(g));
   return g;

@@ -39,7 +39,9 @@ namespace kiln {
 struct PipelineOptions {
   ExecutionMode mode = ExecutionMode::kGraph;  // how each model runs
   // The whole denoise loop (UNet, guidance, scheduler) as one plan run by one
-  // call (`--mode graph-loop`), instead of a host loop calling the UNet.
+  // call (`--mode graph-loop`), instead of a host loop calling the UNet. With
+  // mode kAuto, the first generation of each loop signature times one step
+  // each way and keeps the faster.
   bool whole_loop = false;
   std::function<void(const std::string&)> log;  // decisions worth telling the user
 };
@@ -80,6 +82,7 @@ struct Generation {
   std::vector<uint8_t> pixels;     // batch images of H x W x RGB, row-major
   int width = 0, height = 0;
   std::string scheduler;           // the scheduler used (parse_scheduler_kind's name)
+  std::string mode;                // how the denoise loop ran: eager, graph or graph-loop
   StageTimes times;
 };
 
@@ -96,11 +99,20 @@ class Pipeline {
 
  private:
   Pipeline() = default;
+  // One generation's denoise loop: what every way of running it reads.
+  struct DenoiseRun {
+    const StepTables& tables;
+    const GenerateOptions& options;
+    const Tensor& context;       // [2 batch, S, D]: [negative, prompt]
+    uint64_t noise_first_pair;   // where step 0's noise starts in the seed's stream
+    std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
+  };
   Result<Tensor> encode_prompts(const GenerateOptions& options, StageTimes& times);
-  Status run_host_loop(const StepTables& tables, const GenerateOptions& o, const Tensor& context, Tensor& x,
-                       uint64_t noise_first_pair, Generation& g);
-  Status run_whole_loop(const StepTables& tables, const std::string& tables_key, const GenerateOptions& o,
-                        const Tensor& context, Tensor& x, uint64_t noise_first_pair, Generation& g);
+  // The first `steps` steps of the loop over x, in place.
+  Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
+  Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
+  // auto: whether graph-loop beats the host loop on this loop, measured once per key.
+  Result<bool> choose_whole_loop(const DenoiseRun& run, const Tensor& x);
   Status decode(Generation& g);
 
   std::string dir_, unet_path_;
@@ -108,7 +120,8 @@ class Pipeline {
   std::optional<ClipTokenizer> tokenizer_;
   SchedulerConfig scheduler_config_;
   std::unique_ptr<ModelRunner> text_encoder_, unet_, vae_decoder_;
-  std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by loop signature
+  std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by DenoiseRun::key
+  std::map<std::string, bool> whole_loop_chosen_;            // auto: by DenoiseRun::key
   DType ids_dtype_ = DType::kI64, timestep_dtype_ = DType::kF32;
   size_t hidden_state_output_ = 0;  // the text encoder's last_hidden_state
   int latent_channels_ = 4, sample_size_ = 64, vae_factor_ = 8;
