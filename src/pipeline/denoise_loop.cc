@@ -83,8 +83,13 @@ Result<Graph> denoise_loop_graph(const Graph& unet, const StepTables& tables, co
   }
   Value* t = g.add_value("timestep_t");
   g.add_node(OpKind::kGather, "timestep_at_step", {timesteps, step}, {t});
-  Value* t_batch = g.add_value("timestep_batch");
-  g.add_node(OpKind::kExpand, "timestep_per_sample", {t, table<int64_t>(g, "timestep_shape", {1}, {2 * b})}, {t_batch});
+  Value* t_batch = t;
+  if (!spec.timestep_shape.empty()) {
+    t_batch = g.add_value("timestep_batch");
+    const int64_t rank = int64_t(spec.timestep_shape.size());
+    Value* shape = table<int64_t>(g, "timestep_shape", {rank}, spec.timestep_shape);
+    g.add_node(OpKind::kExpand, "timestep_per_sample", {t, shape}, {t_batch});
+  }
 
   KILN_ASSIGN_OR_RETURN(std::vector<Value*> unet_out,
                         inline_graph(g, unet, "unet/",

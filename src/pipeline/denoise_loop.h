@@ -30,6 +30,7 @@ struct DenoiseLoopSpec {
   int64_t batch = 1, channels = 4, height = 0, width = 0;  // the latents
   Shape context_shape;                                   // [2 batch, S, D], the text encoder's output
   DType timestep_dtype = DType::kF32;                    // the UNet's timestep input
+  Shape timestep_shape;                                  // its shape: [2 batch], [1] or a scalar
   float guidance_scale = 7.5f;
   uint64_t noise_first_pair = 0;                         // where step 0's noise starts in the stream
 };

@@ -128,7 +128,9 @@ Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& dir, const P
 
   p->unet_path_ = dir + "/unet/model.onnx";
   KILN_ASSIGN_OR_RETURN(Graph unet, import_component(p->unet_path_, {"sample", "timestep", "encoder_hidden_states"}));
-  p->timestep_dtype_ = find_input(unet, "timestep")->dtype;
+  const Value* timestep = find_input(unet, "timestep");
+  p->timestep_dtype_ = timestep->dtype;
+  if (timestep->shape) p->timestep_static_shape_ = sym_shape_concrete(*timestep->shape);
   if (p->timestep_dtype_ != DType::kF32 && p->timestep_dtype_ != DType::kI64)
     return unsupported("{}: timestep is {}; kiln feeds float32 or int64 timesteps", p->unet_path_,
                        dtype_name(p->timestep_dtype_));
@@ -139,6 +141,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& dir, const P
   KILN_ASSIGN_OR_RETURN(Graph vae, import_component(vae_path, {"latent_sample"}));
   KILN_ASSIGN_OR_RETURN(p->vae_decoder_, make_runner(vae_path, std::move(vae), options));
   return p;
+}
+
+Shape Pipeline::timestep_shape(int64_t batch) const {
+  return timestep_static_shape_ ? *timestep_static_shape_ : Shape{2 * batch};
 }
 
 Result<Tensor> Pipeline::encode_prompts(const GenerateOptions& o, StageTimes& times) {
@@ -173,14 +179,14 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
   const int64_t b = shape[0];
   const size_t n = size_t(x.numel());
   KILN_ASSIGN_OR_RETURN(Tensor model_in, Tensor::empty(DType::kF32, {2 * b, shape[1], shape[2], shape[3]}));
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype_, {2 * b}));
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype_, timestep_shape(b)));
   std::vector<float> guided(n), x0_prev(n), noise(tables.needs_noise ? n : 0);
   float* xs = x.data<float>();
   for (int i = 0; i < steps; ++i) {
     const float scale = tables.in_scale[size_t(i)];
     float* in = model_in.data<float>();
     for (size_t j = 0; j < n; ++j) in[j] = in[n + j] = xs[j] * scale;
-    for (int64_t j = 0; j < 2 * b; ++j) {
+    for (int64_t j = 0; j < t.numel(); ++j) {
       if (timestep_dtype_ == DType::kI64) t.data<int64_t>()[j] = int64_t(tables.timestep[size_t(i)]);
       else t.data<float>()[j] = tables.timestep[size_t(i)];
     }
@@ -216,6 +222,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
     KILN_ASSIGN_OR_RETURN(Graph unet, onnx_import_file(unet_path_));
     const DenoiseLoopSpec spec{.batch = shape[0], .channels = shape[1], .height = shape[2], .width = shape[3],
                                .context_shape = run.context.shape(), .timestep_dtype = timestep_dtype_,
+                               .timestep_shape = timestep_shape(shape[0]),
                                .guidance_scale = o.guidance_scale, .noise_first_pair = run.noise_first_pair};
     auto loop = denoise_loop_graph(unet, tables, spec);
     if (!loop.ok()) return loop.status().with_context(unet_path_);

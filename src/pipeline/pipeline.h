@@ -108,6 +108,7 @@ class Pipeline {
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };
   Result<Tensor> encode_prompts(const GenerateOptions& options, StageTimes& times);
+  Shape timestep_shape(int64_t batch) const;
   // The first `steps` steps of the loop over x, in place.
   Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
@@ -123,6 +124,9 @@ class Pipeline {
   std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by DenoiseRun::key
   std::map<std::string, bool> whole_loop_chosen_;            // auto: by DenoiseRun::key
   DType ids_dtype_ = DType::kI64, timestep_dtype_ = DType::kF32;
+  // The UNet's timestep shape when its export fixes one ([1] or a scalar, as
+  // some exporters write it); otherwise kiln feeds [2 batch].
+  std::optional<Shape> timestep_static_shape_;
   size_t hidden_state_output_ = 0;  // the text encoder's last_hidden_state
   int latent_channels_ = 4, sample_size_ = 64, vae_factor_ = 8;
   float scaling_factor_ = 0.18215f;
