@@ -4,7 +4,8 @@ per-step coefficient tables (src/pipeline/scheduler.h).
 
 Each class follows its diffusers namesake the way diffusers runs it:
 set_timesteps() builds timesteps and sigmas with the same numpy/float32
-steps, step() applies the update to arrays. Nothing here uses kiln's
+steps, step() applies the update to arrays, add_noise() starts image to
+image at a step. Nothing here uses kiln's
 coefficient form, so the C++ test compares two independent formulations.
 
     sched = make("euler", json.load(open("scheduler_config.json")))
@@ -256,6 +257,11 @@ class DDIM(NoiseScheduler):
         self.pred_original_sample = x0
         return a_prev ** 0.5 * x0 + (1 - a_prev) ** 0.5 * eps  # eta = 0: no variance term
 
+    def add_noise(self, x0, noise, i):
+        """Image to image's start at step i: diffusers' add_noise at timesteps[i]."""
+        a = float(self.ac[self.timesteps[i]])
+        return a ** 0.5 * np.asarray(x0, np.float64) + (1 - a) ** 0.5 * np.asarray(noise, np.float64)
+
 
 class Euler(NoiseScheduler):
     """EulerDiscreteScheduler; EulerAncestral shares its schedule."""
@@ -294,6 +300,9 @@ class Euler(NoiseScheduler):
     def input_scale(self, i):
         s = float(self.sigmas[i])
         return 1.0 / math.sqrt(s * s + 1)
+
+    def add_noise(self, x0, noise, i):
+        return np.asarray(x0, np.float64) + float(self.sigmas[i]) * np.asarray(noise, np.float64)
 
     def _x0(self, out, x, sigma):
         p = self.config["prediction_type"]
@@ -366,6 +375,10 @@ class DPMSolverPP2M(NoiseScheduler):
         alpha = 1 / (sigma ** 2 + 1) ** 0.5
         return alpha, sigma * alpha
 
+    def add_noise(self, x0, noise, i):
+        alpha, sigma = self._alpha_sigma(float(self.sigmas[i]))
+        return alpha * np.asarray(x0, np.float64) + sigma * np.asarray(noise, np.float64)
+
     def step(self, model_output, i, sample, noise=None):
         out, x = np.asarray(model_output, np.float64), np.asarray(sample, np.float64)
         c, n = self.config, len(self.timesteps)
@@ -412,6 +425,10 @@ class FlowMatchEuler(Scheduler):
         s = (shift * s / (1 + (shift - 1) * s)).astype(F32)  # the endpoint is shifted twice, as diffusers does
         self.timesteps = s * F32(n)
         self.sigmas = np.concatenate([s, [F32(0)]]).astype(F32)
+
+    def add_noise(self, x0, noise, i):
+        sigma = float(self.sigmas[i])
+        return (1 - sigma) * np.asarray(x0, np.float64) + sigma * np.asarray(noise, np.float64)
 
     def step(self, model_output, i, sample, noise=None):
         v, x = np.asarray(model_output, np.float64), np.asarray(sample, np.float64)
@@ -466,16 +483,23 @@ def fake_model(model_input, i):
     return (0.3 * model_input.astype(np.float64) + 0.1 * np.sin(i + k)).astype(F32)
 
 
-def run_case(kind, config, steps, seed):
-    """One trajectory as a pipeline runs it: float32 latents between steps."""
+def run_case(kind, config, steps, seed, first_step=0):
+    """One trajectory as a pipeline runs it: float32 latents between steps.
+    With first_step > 0, image to image: from add_noise(image, noise) at that step."""
     sched = make(kind, config)
     sched.set_timesteps(steps)
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(TEST_SIZE) * sched.init_noise_sigma).astype(F32)
-    case = {"scheduler": kind, "steps": steps, "timesteps": [float(t) for t in sched.timesteps],
-            "sigmas": [float(s) for s in sched.sigmas], "init_noise_sigma": float(F32(sched.init_noise_sigma)),
-            "x_start": x.tolist(), "noise": [], "x": [], "denoised": []}
-    for i in range(len(sched.timesteps)):
+    case = {"scheduler": kind, "steps": steps, "timesteps": [float(t) for t in sched.timesteps[first_step:]],
+            "sigmas": [float(s) for s in sched.sigmas[first_step:]],
+            "init_noise_sigma": float(F32(sched.init_noise_sigma)), "x_start": None, "noise": [], "x": [],
+            "denoised": []}
+    if first_step:
+        image, start_noise = rng.standard_normal(TEST_SIZE).astype(F32), rng.standard_normal(TEST_SIZE).astype(F32)
+        x = sched.add_noise(image, start_noise, first_step).astype(F32)
+        case.update(first_step=first_step, image=image.tolist(), start_noise=start_noise.tolist())
+    case["x_start"] = x.tolist()
+    for i in range(first_step, len(sched.timesteps)):
         model_input = (x.astype(np.float64) * sched.input_scale(i)).astype(F32)
         out = fake_model(model_input, i)
         noise = None
@@ -505,8 +529,9 @@ def make_test_data(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     total = 0
     for seed, (name, config, kinds) in enumerate(TEST_CONFIGS):
-        cases = [rounded(run_case(kind, config, steps, seed * 100 + j))
-                 for j, (kind, steps) in enumerate((k, s) for k in kinds for s in TEST_STEPS)]
+        runs = [(k, s, 0) for k in kinds for s in TEST_STEPS] + [(k, 20, 8) for k in kinds]  # then image to image
+        cases = [rounded(run_case(kind, config, steps, seed * 100 + j, first_step))
+                 for j, (kind, steps, first_step) in enumerate(runs)]
         # One case a line: small diffs when a formula changes.
         # The config as scheduler_config.json's text: Python's json writes -inf as -Infinity.
         text = ('{"config_json": ' + json.dumps(json.dumps(config, sort_keys=True)) + ',\n "cases": [\n' +

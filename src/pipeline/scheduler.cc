@@ -480,7 +480,9 @@ Status euler_schedule(const SchedulerConfig& c, int steps, bool ancestral, Sched
   return ok_status();
 }
 
-Status dpmpp_2m_schedule(const SchedulerConfig& c, int steps, Schedule* s) {
+// `begin`: the step a partial run (image to image) starts at; its first step
+// is first-order, as diffusers' multistep state starts empty there.
+Status dpmpp_2m_schedule(const SchedulerConfig& c, int steps, int begin, Schedule* s) {
   const int n = c.num_train_timesteps;
   const std::vector<float> ts = train_sigmas(alphas_cumprod(c));
   std::vector<double> t(steps);
@@ -525,7 +527,7 @@ Status dpmpp_2m_schedule(const SchedulerConfig& c, int steps, Schedule* s) {
     // lambda = log(alpha / sigma_vp) = -log(sigma), so exp(-h) = sigma_t / sigma_s, 0 at the end.
     const double ratio = (sigma_t * alpha_t) / (sigma_s * alpha_s);
     const double a = alpha_t * (1 - sigma_t / sigma_s);  // -alpha_t (exp(-h) - 1)
-    if (i == 0 || (i == steps - 1 && last_first_order)) {
+    if (i <= begin || (i == steps - 1 && last_first_order)) {
       // x_t = ratio x + a D0
       r.c_x = ratio + a * r.d_x;
       r.c_out = a * r.d_out;
@@ -636,12 +638,19 @@ SchedulerKind default_scheduler_kind(const SchedulerConfig& config, bool* substi
   return is_flow_config(config) ? SchedulerKind::kFlowEuler : SchedulerKind::kEuler;
 }
 
-Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& config, int steps) {
+int image_to_image_first_step(int steps, double strength) {
+  const int denoised = std::min(static_cast<int>(steps * strength), steps);  // diffusers' init_timestep
+  return std::max(steps - denoised, 0);
+}
+
+Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& config, int steps, int first_step) {
   const char* name = scheduler_kind_name(kind);
   if (Status s = check_ranges(config); !s.ok()) return s.with_context(fmt::format("scheduler {}", name));
   const int n = config.num_train_timesteps;
   if (steps < 1 || steps > n)
     return invalid_argument("scheduler {}: steps {} is outside [1, {}] (num_train_timesteps)", name, steps, n);
+  if (first_step < 0 || first_step >= steps)
+    return invalid_argument("scheduler {}: a run from step {} of {} has no step to run", name, first_step, steps);
   const bool flow_kind = kind == SchedulerKind::kFlowEuler;
   if (config.prediction_type == PredictionType::kFlow && !flow_kind)
     return invalid_argument("scheduler {}: prediction_type 'flow_prediction' needs flow_euler", name);
@@ -654,7 +663,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
     case SchedulerKind::kDdim: status = ddim_schedule(config, steps, &s); break;
     case SchedulerKind::kEuler: status = euler_schedule(config, steps, false, &s); break;
     case SchedulerKind::kEulerAncestral: status = euler_schedule(config, steps, true, &s); break;
-    case SchedulerKind::kDpmpp2m: status = dpmpp_2m_schedule(config, steps, &s); break;
+    case SchedulerKind::kDpmpp2m: status = dpmpp_2m_schedule(config, steps, first_step, &s); break;
     case SchedulerKind::kFlowEuler: status = flow_euler_schedule(config, steps, &s); break;
   }
   if (!status.ok()) return status.with_context(fmt::format("scheduler {}", name));
@@ -663,10 +672,29 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
   StepTables t;
   t.kind = kind;
   t.init_noise_sigma = s.init_noise_sigma;
-  t.sigmas = std::move(s.sigmas);
+  t.first_step = first_step;
+  // diffusers' add_noise at the first step's noise level.
+  const double sigma = s.sigmas[size_t(first_step)];
+  switch (kind) {
+    case SchedulerKind::kDdim:
+    case SchedulerKind::kDpmpp2m:  // alpha x0 + sigma_vp noise
+      t.image_scale = static_cast<float>(1 / std::sqrt(sigma * sigma + 1));
+      t.image_noise_scale = static_cast<float>(sigma / std::sqrt(sigma * sigma + 1));
+      break;
+    case SchedulerKind::kEuler:
+    case SchedulerKind::kEulerAncestral:
+      t.image_scale = 1.0f;
+      t.image_noise_scale = static_cast<float>(sigma);
+      break;
+    case SchedulerKind::kFlowEuler:
+      t.image_scale = static_cast<float>(1 - sigma);
+      t.image_noise_scale = static_cast<float>(sigma);
+      break;
+  }
+  t.sigmas.assign(s.sigmas.begin() + first_step, s.sigmas.end());
   t.needs_noise = kind == SchedulerKind::kEulerAncestral;
   t.needs_prev = kind == SchedulerKind::kDpmpp2m;
-  for (int i = 0; i < steps; ++i) {
+  for (int i = first_step; i < steps; ++i) {
     const Row& r = s.rows[i];
     for (double v : {r.timestep, r.in_scale, r.d_x, r.d_out, r.c_x, r.c_out, r.c_prev, r.c_noise})
       if (!std::isfinite(v) || std::abs(v) > 1e30)

@@ -118,6 +118,11 @@ struct StepTables {
   // One entry a step.
   std::vector<float> timestep, in_scale, d_x, d_out, c_x, c_out, c_prev, c_noise;
   float init_noise_sigma = 1.0f;  // the initial latents are standard noise times this
+  // Image to image: the tables are the schedule's steps from `first_step` on,
+  // started from x = image_scale * x0 + image_noise_scale * noise (diffusers'
+  // add_noise at that step's noise level).
+  int first_step = 0;
+  float image_scale = 0, image_noise_scale = 0;
   // Reporting: steps + 1 noise levels, the last one where the loop ends. For
   // ddim sqrt((1 - alpha_cumprod) / alpha_cumprod) at each timestep and the
   // final alpha; for flow_euler the flow sigma.
@@ -128,10 +133,18 @@ struct StepTables {
   int steps() const { return static_cast<int>(timestep.size()); }
 };
 
-// steps in [1, num_train_timesteps]. Refuses combinations diffusers would run
-// into nonsense (a timestep outside the training range, a trailing spacing
-// whose numpy arange yields an extra timestep, repeated sigmas).
-Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& config, int steps);
+// steps in [1, num_train_timesteps]; with first_step > 0 (image to image),
+// only the rows from it on (for dpmpp_2m it is first-order, its multistep
+// history empty). Refuses combinations diffusers would run into nonsense (a
+// timestep outside the training range, a trailing spacing whose numpy arange
+// yields an extra timestep, repeated sigmas).
+Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& config, int steps,
+                                    int first_step = 0);
+
+// Where image to image starts with `strength` in [0, 1], as diffusers'
+// img2img pipelines: min(int(steps * strength), steps) steps are run, the
+// first ones skipped. steps when strength leaves no step to run.
+int image_to_image_first_step(int steps, double strength);
 
 // Step i's row, as kiln.DenoiseStep's coefficient table holds it.
 DenoiseCoefficients step_coefficients(const StepTables& tables, int i);

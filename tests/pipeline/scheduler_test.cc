@@ -68,10 +68,11 @@ void replay_case(const SchedulerConfig& config, const nlohmann::json& c) {
   const int steps = c["steps"];
   auto kind = parse_scheduler_kind(kind_name);
   ASSERT_TRUE(kind.ok()) << kind.status().message();
-  auto tables = make_step_tables(*kind, config, steps);
+  const int first_step = c.value("first_step", 0);  // image to image
+  auto tables = make_step_tables(*kind, config, steps, first_step);
   ASSERT_TRUE(tables.ok()) << tables.status().message();
   const StepTables& t = *tables;
-  ASSERT_EQ(t.steps(), steps);
+  ASSERT_EQ(t.steps(), steps - first_step);
   expect_close(as_doubles(t.timestep), c["timesteps"], "timesteps");
   expect_close(t.sigmas, c["sigmas"], "sigmas");
   EXPECT_TRUE(close(t.init_noise_sigma, c["init_noise_sigma"].get<double>(), 0))
@@ -80,18 +81,25 @@ void replay_case(const SchedulerConfig& config, const nlohmann::json& c) {
 
   std::vector<float> x = c["x_start"].get<std::vector<float>>();
   const size_t n = x.size();
+  if (first_step) {  // kiln's own start from the image and the noise
+    const auto image = c["image"].get<std::vector<float>>(), noise = c["start_noise"].get<std::vector<float>>();
+    for (size_t k = 0; k < n; ++k) x[k] = t.image_scale * image[k] + t.image_noise_scale * noise[k];
+    expect_close(as_doubles(x), c["x_start"], "x_start", /*per_tensor=*/true);
+  }
   // NaN: the first step must not read the previous x0 estimate.
   std::vector<float> denoised(n, std::numeric_limits<float>::quiet_NaN());
-  for (int i = 0; i < steps; ++i) {
+  for (int row = 0; row < t.steps(); ++row) {
+    const int i = first_step + row;  // the step of the whole schedule (the fake model sees it)
     SCOPED_TRACE("step " + std::to_string(i));
     std::vector<float> model_input(n);
-    for (size_t k = 0; k < n; ++k) model_input[k] = t.in_scale[i] * x[k];
+    for (size_t k = 0; k < n; ++k) model_input[k] = t.in_scale[row] * x[k];
     const std::vector<float> out = fake_model(model_input, i);
     std::vector<float> noise;
-    if (t.needs_noise) noise = c["noise"][i].get<std::vector<float>>();
-    scheduler_step(t, i, x.data(), out.data(), denoised.data(), t.needs_noise ? noise.data() : nullptr, x.data(), n);
-    expect_close(as_doubles(denoised), c["denoised"][i], "denoised", /*per_tensor=*/true);
-    expect_close(as_doubles(x), c["x"][i], "x", /*per_tensor=*/true);
+    if (t.needs_noise) noise = c["noise"][row].get<std::vector<float>>();
+    scheduler_step(t, row, x.data(), out.data(), denoised.data(), t.needs_noise ? noise.data() : nullptr, x.data(),
+                   n);
+    expect_close(as_doubles(denoised), c["denoised"][row], "denoised", /*per_tensor=*/true);
+    expect_close(as_doubles(x), c["x"][row], "x", /*per_tensor=*/true);
   }
 }
 
@@ -109,7 +117,7 @@ TEST(Scheduler, MatchesTheReference) {
     ASSERT_TRUE(config.ok()) << entry.path() << ": " << config.status().message();
     for (const auto& c : data["cases"]) {
       SCOPED_TRACE(entry.path().filename().string() + ": " + c["scheduler"].get<std::string>() + ", " +
-                   std::to_string(c["steps"].get<int>()) + " steps");
+                   std::to_string(c["steps"].get<int>()) + " steps from " + std::to_string(c.value("first_step", 0)));
       replay_case(*config, c);
       ++cases;
     }
