@@ -14,6 +14,8 @@ produces for fixed prompts and seeds: the oracle for `kiln generate`.
     tiny-sd/reference/<case>/case.json              the prompt, seed, steps, scheduler, size, guidance
     tiny-sd/reference/<case>/trajectory.npy         PyTorch's latents after each step [steps, 1, 4, h, w]
     tiny-sd/reference/<case>/pixels.npy             its image, H x W x RGB bytes
+    tiny-sd/reference/<case>/init.png               image-to-image cases: the picture they start from
+                                                    (vae_tiling: decoded in tiles, as diffusers' tiled_decode)
 
 The networks are the reference models' code (tools/make_reference_models.py):
 the same op patterns an SD 1.5 export has, at widths that keep the folder
@@ -25,10 +27,13 @@ Deterministic: running it twice writes identical files. Regenerate with
     /usr/bin/python3 tools/make_tiny_sd.py [--out tests/models/tiny-sd]
 """
 import argparse
+import functools
 import json
 import os
 import shutil
+import struct
 import sys
+import zlib
 
 import numpy as np
 import onnx
@@ -66,6 +71,11 @@ CASES = [(f"a_cat_{s}", "a cat", "", 1, 4, 7.5, s, 64, 64)
          for s in ("ddim", "euler", "euler_a", "dpmpp_2m", "dpmpp_2m_karras")]
 CASES += [("negative_prompt", "a red circle on a blue background", "green", 7, 6, 5.0, "euler_a", 64, 48),
           ("batch_steps_20", "two green squares", "", 3, 20, 7.5, "euler", 64, 64)]
+# Image to image from reference/<name>/init.png: (name, prompt, seed, steps,
+# strength, scheduler); the picture is init_picture()'s, 64 x 48.
+IMG2IMG_CASES = [("img2img_dpmpp_2m", "a red circle", 5, 10, 0.6, "dpmpp_2m"),
+                 ("img2img_euler_a", "a blue square", 6, 8, 0.5, "euler_a"),
+                 ("img2img_ddim", "a cat", 8, 4, 0.75, "ddim")]
 
 
 class VaeEncoder(nn.Module):
@@ -165,9 +175,68 @@ def write_pipeline(out, text, unet, decoder, encoder, vocab_size):
                                    "latent_parameters": {0: "batch", 2: "latent_height", 3: "latent_width"}})
 
 
-def generate(tokenizer, text, unet, decoder, prompt, negative, seed, steps, guidance, scheduler, width, height):
+def init_picture(width=64, height=48):
+    """A red disc on a blue-to-green gradient, bytes [height, width, 3]."""
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.zeros((height, width, 3), np.uint8)
+    rgb[..., 1] = (255 * x / (width - 1)).astype(np.uint8)
+    rgb[..., 2] = 200
+    disc = (x - width * 0.4) ** 2 + (y - height * 0.5) ** 2 < (height * 0.3) ** 2
+    rgb[disc] = (220, 30, 30)
+    return rgb
+
+
+def write_png(path, rgb):
+    """8-bit RGB PNG, no filter, for kiln's reader to read back."""
+    height, width, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(height))
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def blend(a, b, extent, dim):
+    """diffusers' blend_v (dim 2) and blend_h (dim 3): b's first rows or
+    columns fade in over a's last ones; b is changed in place."""
+    extent = min(a.shape[dim], b.shape[dim], extent)
+    for k in range(extent):
+        bk, ak = b.narrow(dim, k, 1), a.narrow(dim, a.shape[dim] - extent + k, 1)
+        bk.copy_(ak * (1 - k / extent) + bk * (k / extent))
+    return b
+
+
+def tiled_decode(decoder, z, tile=64, factor=8, overlap=0.25):
+    """diffusers' AutoencoderKL.tiled_decode: latent tiles of tile / factor,
+    `overlap` of them shared, each decoded tile blended into its upper and
+    left neighbours (already blended) and cropped to the stride."""
+    tile_latent = tile // factor
+    stride, extent = int(tile_latent * (1 - overlap)), int(tile * overlap)
+    limit = tile - extent
+    rows = [[decoder(z[:, :, i:i + tile_latent, j:j + tile_latent]) for j in range(0, z.shape[3], stride)]
+            for i in range(0, z.shape[2], stride)]
+    result_rows = []
+    for i, row in enumerate(rows):
+        result_row = []
+        for j, t in enumerate(row):
+            if i > 0:
+                t = blend(rows[i - 1][j], t, extent, 2)
+            if j > 0:
+                t = blend(row[j - 1], t, extent, 3)
+            result_row.append(t[:, :, :limit, :limit])
+        result_rows.append(torch.cat(result_row, dim=3))
+    return torch.cat(result_rows, dim=2)
+
+
+def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, steps, guidance, scheduler, width,
+             height, init=None, strength=None):
     """The pipeline kiln implements, in PyTorch float32: CFG with a batched
-    uncond/cond pass, the scheduler's update, the VAE decode."""
+    uncond/cond pass, the scheduler's update, the VAE decode. With `init`
+    (bytes [H, W, 3]), image to image: the encoder's latent drawn with the
+    seed's first draws, noised with the next ones to the level of the step
+    that `strength` picks, as diffusers' img2img pipeline starts."""
     kind, karras = (scheduler[:-len("_karras")], True) if scheduler.endswith("_karras") else (scheduler, False)
     config = dict(SCHEDULER_CONFIG, use_karras_sigmas=karras)
     sched = scheduler_ref.make(kind, config)
@@ -177,10 +246,24 @@ def generate(tokenizer, text, unet, decoder, prompt, negative, seed, steps, guid
         context = text(ids)[0]
     shape = (1, LATENT_CHANNELS, height // 8, width // 8)
     count = int(np.prod(shape))
-    latents = torch.from_numpy(kiln_rng.normals(seed, 0, count).reshape(shape)) * float(sched.init_noise_sigma)
-    next_pair = (count + 1) // 2
+    pairs = (count + 1) // 2
+    first_step = 0
+    if init is None:
+        latents = torch.from_numpy(kiln_rng.normals(seed, 0, count).reshape(shape)) * float(sched.init_noise_sigma)
+        next_pair = pairs
+    else:
+        image = torch.from_numpy(init).permute(2, 0, 1)[None].float() / 255.0 * 2.0 - 1.0
+        with torch.no_grad():
+            mean, logvar = encoder(image).chunk(2, dim=1)
+        eps = torch.from_numpy(kiln_rng.normals(seed, 0, count).reshape(shape))
+        x0 = (mean + torch.exp(0.5 * logvar.clamp(-30.0, 20.0)) * eps) * SCALING_FACTOR
+        first_step = max(steps - min(int(steps * strength), steps), 0)
+        start_noise = kiln_rng.normals(seed, pairs, count).reshape(shape)
+        latents = torch.from_numpy(np.asarray(sched.add_noise(x0.numpy(), start_noise, first_step), np.float32))
+        next_pair = 2 * pairs
     trajectory = []
-    for i, t in enumerate(sched.timesteps):
+    for i in range(first_step, len(sched.timesteps)):
+        t = sched.timesteps[i]
         model_in = torch.cat([latents, latents]) * float(sched.input_scale(i))
         with torch.no_grad():
             out = unet(model_in, torch.full((2,), float(t)), context)
@@ -189,7 +272,7 @@ def generate(tokenizer, text, unet, decoder, prompt, negative, seed, steps, guid
         noise = None
         if sched.needs_noise:
             noise = kiln_rng.normals(seed, next_pair, count).reshape(shape)
-            next_pair += (count + 1) // 2
+            next_pair += pairs
         latents = torch.from_numpy(np.asarray(sched.step(guided.numpy(), i, latents.numpy(), noise),
                                               dtype=np.float32))
         trajectory.append(latents.numpy().copy())
@@ -213,16 +296,27 @@ def main():
     text, unet, decoder, encoder = networks(vocab_size)
     print(f"== tiny-sd: vocab {vocab_size}")
     write_pipeline(out, text, unet, decoder, encoder, vocab_size)
-    for name, prompt, negative, seed, steps, guidance, scheduler, width, height in CASES:
-        trajectory, _, pixels = generate(tokenizer, text, unet, decoder, prompt, negative, seed, steps, guidance,
-                                             scheduler, width, height)
+    cases = [(*c, None, None, False) for c in CASES]
+    cases += [(name, prompt, "", seed, steps, 7.5, scheduler, 64, 48, init_picture(), strength, False)
+              for name, prompt, seed, steps, strength, scheduler in IMG2IMG_CASES]
+    # Twice the VAE's 64-pixel tile and more: kiln decodes it in tiles by default.
+    cases.append(("vae_tiling", "a cat", "", 9, 4, 7.5, "euler", 144, 96, None, None, True))
+    for name, prompt, negative, seed, steps, guidance, scheduler, width, height, init, strength, tiled in cases:
+        decode = functools.partial(tiled_decode, decoder) if tiled else decoder
+        trajectory, _, pixels = generate(tokenizer, text, unet, decode, encoder, prompt, negative, seed, steps,
+                                         guidance, scheduler, width, height, init, strength)
         folder = os.path.join(out, "reference", name)
         os.makedirs(folder, exist_ok=True)
         np.save(os.path.join(folder, "trajectory.npy"), trajectory.astype(np.float32))
         np.save(os.path.join(folder, "pixels.npy"), pixels)
-        write_json(os.path.join(folder, "case.json"), {
-            "prompt": prompt, "negative_prompt": negative, "seed": seed, "steps": steps, "guidance_scale": guidance,
-            "scheduler": scheduler, "width": width, "height": height})
+        case = {"prompt": prompt, "negative_prompt": negative, "seed": seed, "steps": steps,
+                "guidance_scale": guidance, "scheduler": scheduler, "width": width, "height": height}
+        if init is not None:
+            write_png(os.path.join(folder, "init.png"), init)
+            case.update(init_image="init.png", strength=strength)
+        if tiled:
+            case.update(vae_tiling=True)
+        write_json(os.path.join(folder, "case.json"), case)
         print(f"   {name}: final latent max|x| {np.abs(trajectory[-1]).max():.3f}, "
               f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
 

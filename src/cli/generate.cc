@@ -23,6 +23,9 @@ struct GenerateFlags {
   std::optional<uint64_t> seed;
   int width = 0, height = 0, batch = 1;
   std::string scheduler, mode = "graph-loop";
+  std::string init_image;
+  float strength = 0.8f;
+  std::string vae_tiling = "auto";
   bool quiet = false, profile = false;
 };
 
@@ -92,6 +95,12 @@ Status generate(const GenerateFlags& f) {
   const std::filesystem::path out_dir = std::filesystem::path(f.output).parent_path();
   if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
     return not_found("-o {}: the folder {} does not exist", f.output, out_dir.string());
+  std::optional<bool> vae_tiling;  // auto: unset
+  if (f.vae_tiling != "auto") vae_tiling = f.vae_tiling == "on";
+  std::optional<RgbImage> init_image;
+  if (!f.init_image.empty()) {
+    KILN_ASSIGN_OR_RETURN(init_image, read_png(f.init_image, 4096));
+  }
   KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load(f.model, options));
 
   const uint64_t seed = f.seed ? *f.seed : std::random_device{}();
@@ -99,6 +108,8 @@ Status generate(const GenerateFlags& f) {
   GenerateOptions o{.prompt = f.prompt, .negative_prompt = f.negative_prompt, .steps = f.steps,
                     .guidance_scale = f.guidance_scale, .seed = seed, .width = f.width, .height = f.height,
                     .batch = f.batch, .scheduler = f.scheduler,
+                    .init_image = init_image ? &*init_image : nullptr, .strength = f.strength,
+                    .vae_tiling = vae_tiling,
                     .on_step = [&progress](int i, int steps) { progress.step(i, steps); }};
   KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate(o));
 
@@ -110,7 +121,8 @@ Status generate(const GenerateFlags& f) {
   if (!f.negative_prompt.empty()) parameters += "Negative prompt: " + f.negative_prompt + "\n";
   parameters += fmt::format("Steps: {}, Sampler: {}, CFG scale: {}, Seed: {}, Size: {}, Model: {}", f.steps,
                             g.scheduler, f.guidance_scale, seed, size, model);
-  const PngText text = {{"prompt", f.prompt},
+  if (init_image) parameters += fmt::format(", Denoising strength: {}", f.strength);
+  PngText text = {{"prompt", f.prompt},
                         {"negative_prompt", f.negative_prompt},
                         {"seed", std::to_string(seed)},
                         {"steps", std::to_string(f.steps)},
@@ -120,6 +132,10 @@ Status generate(const GenerateFlags& f) {
                         {"model", model},
                         {"parameters", parameters},
                         {"software", "kiln " KILN_VERSION_STRING}};
+  if (init_image) {
+    text.emplace_back("init_image", std::filesystem::path(f.init_image).filename().string());
+    text.emplace_back("strength", fmt::format("{}", f.strength));
+  }
   const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
   std::vector<std::string> written;
   for (int i = 0; i < f.batch; ++i) {
@@ -133,9 +149,10 @@ Status generate(const GenerateFlags& f) {
     fmt::print("profile ({}, {} steps of {}):\n", g.mode, f.steps, g.scheduler);
     fmt::print("  {:<14}{:>10.2f} ms\n", "tokenize", t.tokenize);
     fmt::print("  {:<14}{:>10.2f} ms\n", "text encoder", t.text_encoder);
+    if (init_image) fmt::print("  {:<14}{:>10.2f} ms\n", "vae encode", t.vae_encode);
     fmt::print("  {:<14}{:>10.2f} ms  (model kernels {:.2f} ms, compiling {:.2f} ms)\n", "denoise loop", t.denoise,
                t.model, t.compile);
-    fmt::print("  {:<14}{:>10.2f} ms\n", "vae decode", t.vae_decode);
+    fmt::print("  {:<14}{:>10.2f} ms{}\n", "vae decode", t.vae_decode, g.vae_tiled ? "  (in tiles)" : "");
     fmt::print("  {:<14}{:>10.2f} ms\n", "png", png_ms);
     fmt::print("  host overhead per step: {:.4f} ms (denoise time outside the model's kernels and compiles)\n",
                t.host_overhead_per_step(f.steps));
@@ -165,6 +182,16 @@ Handler add_generate_command(CLI::App& app) {
   cmd->add_option("--width", f->width, "image width in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--height", f->height, "image height in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", f->batch, "images per prompt")->default_val(1);
+  cmd->add_option("--init-image", f->init_image,
+                  "image to image: start from this PNG (its size is the output's; needs vae_encoder/)");
+  cmd->add_option("--strength", f->strength,
+                  "image to image: how much to change the init image, in (0, 1]; 1 starts from noise")
+      ->default_val(0.8f);
+  cmd->add_option("--vae-tiling", f->vae_tiling,
+                  "on | off | auto: decode in overlapping tiles of the VAE's size (memory bounded by a tile; "
+                  "auto: when a side is over twice the tile)")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   cmd->add_option("--scheduler", f->scheduler,
                   "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler "
                   "(default: the one scheduler/scheduler_config.json names)");

@@ -116,6 +116,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& dir, const P
       return invalid_argument("{}: \"block_out_channels\" must be a list of 1 to 8 sizes", vae_config_path);
     p->vae_factor_ = 1 << (it->size() - 1);  // one 2x upsample between consecutive blocks
   }
+  // The VAE's own image size: diffusers' tile for tiled decoding.
+  KILN_ASSIGN_OR_RETURN(int64_t vae_tile, config_int(vae_config, "sample_size", p->default_size(), 8192,
+                                                     vae_config_path));
+  p->vae_tile_ = int(vae_tile);
 
   const std::string text_path = dir + "/text_encoder/model.onnx";
   KILN_ASSIGN_OR_RETURN(Graph text, import_component(text_path, {"input_ids"}));
@@ -170,6 +174,48 @@ Result<Tensor> Pipeline::encode_prompts(const GenerateOptions& o, StageTimes& ti
   Tensor context = copy_of(hidden.view());  // the runner's output view is overwritten by its next run
   times.text_encoder = ms_since(start);
   return context;
+}
+
+Result<Tensor> Pipeline::encode_image(const RgbImage& image, int64_t batch, NoiseStream& noise, StageTimes& times) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!vae_encoder_) {
+    const std::string path = dir_ + "/vae_encoder/model.onnx";
+    auto graph = import_component(path, {"sample"});
+    if (!graph.ok()) return graph.status().with_context("image to image");
+    KILN_ASSIGN_OR_RETURN(vae_encoder_, make_runner(path, std::move(*graph), options_));
+  }
+  // Bytes to [-1, 1], as diffusers' image processor: p / 255 * 2 - 1.
+  const size_t plane = size_t(image.width) * size_t(image.height);
+  KILN_ASSIGN_OR_RETURN(Tensor sample, Tensor::empty(DType::kF32, {batch, 3, image.height, image.width}));
+  for (int64_t b = 0; b < batch; ++b)
+    for (size_t c = 0; c < 3; ++c)
+      for (size_t p = 0; p < plane; ++p)
+        sample.data<float>()[(size_t(b) * 3 + c) * plane + p] = float(image.rgb[p * 3 + c]) / 255.0f * 2.0f - 1.0f;
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, vae_encoder_->run({{"sample", sample}}));
+  // [B, 2C, h, w]: the latent distribution's mean and log-variance (optimum's
+  // latent_parameters); [B, C, h, w]: a latent already drawn.
+  const Tensor& params = out[0];
+  const int64_t c = latent_channels_, h = image.height / vae_factor_, w = image.width / vae_factor_;
+  const bool distribution = params.rank() == 4 && params.shape()[1] == 2 * c;
+  if (params.dtype() != DType::kF32 || params.shape() != Shape{batch, distribution ? 2 * c : c, h, w})
+    return invalid_argument("{}/vae_encoder: the output is {} {}, expected f32 [{}, {} or {}, {}, {}]", dir_,
+                            dtype_name(params.dtype()), shape_to_string(params.shape()), batch, c, 2 * c, h, w);
+  KILN_ASSIGN_OR_RETURN(Tensor x0, Tensor::empty(DType::kF32, {batch, c, h, w}));
+  const size_t n = size_t(x0.numel()), per_sample = size_t(c * h * w);
+  std::vector<float> eps(n);
+  noise.fill(eps.data(), n);
+  const float* p = params.data<float>();
+  for (size_t i = 0; i < n; ++i) {
+    float z = p[i];
+    if (distribution) {  // mean + exp(logvar / 2) eps, logvar clamped as diffusers does
+      const size_t b = i / per_sample, j = i % per_sample;
+      const float mean = p[b * 2 * per_sample + j], logvar = p[b * 2 * per_sample + per_sample + j];
+      z = mean + std::exp(0.5f * std::clamp(logvar, -30.0f, 20.0f)) * eps[i];
+    }
+    x0.data<float>()[i] = z * scaling_factor_;
+  }
+  times.vae_encode = ms_since(start);
+  return x0;
 }
 
 Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g) {
@@ -301,19 +347,92 @@ Result<bool> Pipeline::choose_whole_loop(const DenoiseRun& run, const Tensor& x)
   return whole_loop;
 }
 
-Status Pipeline::decode(Generation& g) {
-  const auto start = std::chrono::steady_clock::now();
-  Tensor z = copy_of(g.latents.view());
-  for (int64_t j = 0; j < z.numel(); ++j) z.data<float>()[j] = g.latents.data<float>()[j] / scaling_factor_;
+Result<Tensor> Pipeline::decode_latents(const Tensor& z) {
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, vae_decoder_->run({{"latent_sample", z}}));
   const Tensor& image = out[0];
-  const int64_t b = z.shape()[0];
-  const Shape expected{b, 3, g.height, g.width};
+  const Shape& s = z.shape();
+  const Shape expected{s[0], 3, s[2] * vae_factor_, s[3] * vae_factor_};
   if (image.dtype() != DType::kF32 || image.shape() != expected)
     return invalid_argument("{}/vae_decoder: the image is {} {}, expected f32 {}", dir_, dtype_name(image.dtype()),
                             shape_to_string(image.shape()), shape_to_string(expected));
-  g.image = copy_of(image.view());
+  return copy_of(image.view());  // the runner's output view is overwritten by its next run
+}
+
+namespace {
+
+// diffusers' blend_v (vertical) and blend_h: b's first rows (columns) fade
+// in over a's last ones, across at most `extent` of them.
+void blend_edge(const Tensor& a, Tensor& b, int64_t extent, bool vertical) {
+  const Shape &sa = a.shape(), &sb = b.shape();
+  const int64_t e = std::min({vertical ? sa[2] : sa[3], vertical ? sb[2] : sb[3], extent});
+  const float* pa = a.data<float>();
+  float* pb = b.data<float>();
+  for (int64_t plane = 0; plane < sb[0] * sb[1]; ++plane)
+    for (int64_t y = 0; y < sb[2]; ++y)
+      for (int64_t x = 0; x < sb[3]; ++x) {
+        const int64_t k = vertical ? y : x;
+        if (k >= e) continue;
+        const int64_t ay = vertical ? sa[2] - e + y : y, ax = vertical ? x : sa[3] - e + x;
+        const double t = double(k) / double(e);
+        float& out = pb[(plane * sb[2] + y) * sb[3] + x];
+        out = pa[(plane * sa[2] + ay) * sa[3] + ax] * float(1 - t) + out * float(t);
+      }
+}
+
+}  // namespace
+
+Result<Tensor> Pipeline::decode_tiled(const Tensor& z) {
+  const Shape& s = z.shape();
+  const int64_t b = s[0], c = s[1], h = s[2], w = s[3];
+  // diffusers' tiled_decode: latent tiles of the VAE's sample size over the
+  // factor, a quarter overlapping; each decoded tile blended into its upper
+  // and left neighbours (already blended), then cropped to the stride.
+  const int64_t tile = vae_tile_ / vae_factor_, stride = int64_t(double(tile) * 0.75);
+  const int64_t blend = int64_t(double(vae_tile_) * 0.25), limit = vae_tile_ - blend;
+  std::vector<std::vector<Tensor>> rows;
+  for (int64_t i = 0; i < h; i += stride) {
+    rows.emplace_back();
+    for (int64_t j = 0; j < w; j += stride) {
+      const int64_t th = std::min(tile, h - i), tw = std::min(tile, w - j);
+      KILN_ASSIGN_OR_RETURN(Tensor part, Tensor::empty(DType::kF32, {b, c, th, tw}));
+      for (int64_t plane = 0; plane < b * c; ++plane)
+        for (int64_t y = 0; y < th; ++y)
+          std::memcpy(part.data<float>() + (plane * th + y) * tw, z.data<float>() + (plane * h + i + y) * w + j,
+                      size_t(tw) * sizeof(float));
+      KILN_ASSIGN_OR_RETURN(Tensor decoded, decode_latents(part));
+      rows.back().push_back(std::move(decoded));
+    }
+  }
+  const int64_t height = h * vae_factor_, width = w * vae_factor_;
+  KILN_ASSIGN_OR_RETURN(Tensor image, Tensor::empty(DType::kF32, {b, 3, height, width}));
+  for (size_t ri = 0; ri < rows.size(); ++ri)
+    for (size_t cj = 0; cj < rows[ri].size(); ++cj) {
+      Tensor& t = rows[ri][cj];
+      if (ri > 0) blend_edge(rows[ri - 1][cj], t, blend, /*vertical=*/true);
+      if (cj > 0) blend_edge(rows[ri][cj - 1], t, blend, /*vertical=*/false);
+      const int64_t th = t.shape()[2], tw = t.shape()[3];
+      const int64_t y0 = int64_t(ri) * limit, x0 = int64_t(cj) * limit;
+      const int64_t rows_kept = std::min({th, limit, height - y0}), cols_kept = std::min({tw, limit, width - x0});
+      for (int64_t plane = 0; plane < b * 3; ++plane)
+        for (int64_t y = 0; y < rows_kept; ++y)
+          std::memcpy(image.data<float>() + (plane * height + y0 + y) * width + x0,
+                      t.data<float>() + (plane * th + y) * tw, size_t(cols_kept) * sizeof(float));
+    }
+  return image;
+}
+
+Status Pipeline::decode(Generation& g, bool tiled) {
+  const auto start = std::chrono::steady_clock::now();
+  Tensor z = copy_of(g.latents.view());
+  for (int64_t j = 0; j < z.numel(); ++j) z.data<float>()[j] = g.latents.data<float>()[j] / scaling_factor_;
+  if (tiled) {
+    KILN_ASSIGN_OR_RETURN(g.image, decode_tiled(z));
+  } else {
+    KILN_ASSIGN_OR_RETURN(g.image, decode_latents(z));
+  }
+  g.vae_tiled = tiled;
   // [-1, 1] to bytes as diffusers does: (v / 2 + 0.5) clamped, times 255, rounded half to even.
+  const int64_t b = z.shape()[0];
   const size_t plane = size_t(g.width) * size_t(g.height);
   g.pixels.resize(size_t(b) * plane * 3);
   const float* v = g.image.data<float>();
@@ -332,6 +451,17 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   Generation g;
   g.width = o.width ? o.width : default_size();
   g.height = o.height ? o.height : default_size();
+  if (o.init_image) {  // the picture's size is the output's
+    const RgbImage& image = *o.init_image;
+    if ((o.width && o.width != image.width) || (o.height && o.height != image.height))
+      return invalid_argument("the size asked for, {}x{}, is not the init image's {}x{}", g.width, g.height,
+                              image.width, image.height);
+    g.width = image.width, g.height = image.height;
+    if (image.rgb.size() != size_t(image.width) * size_t(image.height) * 3)
+      return invalid_argument("the init image has {} bytes, not {}x{}x3", image.rgb.size(), image.width, image.height);
+    if (!(o.strength > 0 && o.strength <= 1))
+      return invalid_argument("the strength must be in (0, 1], got {}", o.strength);
+  }
   if (g.width <= 0 || g.height <= 0 || g.width > kMaxImageSide || g.height > kMaxImageSide ||
       g.width % vae_factor_ || g.height % vae_factor_)
     return invalid_argument("the image size must be a multiple of {} from {} to {} on each side, got {}x{}",
@@ -357,23 +487,37 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   }
   const bool karras = config.use_karras_sigmas && (kind == SchedulerKind::kEuler || kind == SchedulerKind::kDpmpp2m);
   g.scheduler = std::string(scheduler_kind_name(kind)) + (karras ? "_karras" : "");
-  KILN_ASSIGN_OR_RETURN(StepTables tables, make_step_tables(kind, config, o.steps));
+  const int first_step = o.init_image ? image_to_image_first_step(o.steps, o.strength) : 0;
+  if (first_step == o.steps && o.steps > 0)
+    return invalid_argument("strength {} of {} steps leaves no step to run: raise the strength or the steps",
+                            o.strength, o.steps);
+  KILN_ASSIGN_OR_RETURN(StepTables tables, make_step_tables(kind, config, o.steps, first_step));
 
   KILN_ASSIGN_OR_RETURN(Tensor context, encode_prompts(o, g.times));
 
-  // The initial latents: the first draws of the seed's noise stream.
+  // The initial latents from the seed's noise stream: standard noise times
+  // init_noise_sigma; for image to image, the image's latents (drawn with
+  // the first draws) noised with the next ones to the first step's level.
   const Shape shape{o.batch, latent_channels_, g.height / vae_factor_, g.width / vae_factor_};
   KILN_ASSIGN_OR_RETURN(Tensor x, Tensor::empty(DType::kF32, shape));
   NoiseStream noise(o.seed);
+  Tensor x0;
+  if (o.init_image) {
+    KILN_ASSIGN_OR_RETURN(x0, encode_image(*o.init_image, o.batch, noise, g.times));
+  }
   noise.fill(x.data<float>(), size_t(x.numel()));
-  for (int64_t j = 0; j < x.numel(); ++j) x.data<float>()[j] *= tables.init_noise_sigma;
+  for (int64_t j = 0; j < x.numel(); ++j) {
+    float& v = x.data<float>()[j];
+    v = o.init_image ? tables.image_scale * x0.data<float>()[j] + tables.image_noise_scale * v
+                     : v * tables.init_noise_sigma;
+  }
 
   // Everything a compiled loop depends on: the shapes (which also fix where
   // the step noise starts), the guidance scale, the scheduler and the steps.
   const DenoiseRun run{tables, o, context, noise.next_pair(),
-                       fmt::format("{} {} guidance={} {} steps={}", signature_entry("x", DType::kF32, shape),
+                       fmt::format("{} {} guidance={} {} steps={} from={}", signature_entry("x", DType::kF32, shape),
                                    signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
-                                   g.scheduler, o.steps)};
+                                   g.scheduler, o.steps, first_step)};
   bool whole_loop = options_.whole_loop;
   if (options_.mode == ExecutionMode::kAuto) {
     KILN_ASSIGN_OR_RETURN(whole_loop, choose_whole_loop(run, x));
@@ -384,7 +528,12 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   g.times.denoise = ms_since(start);
   g.mode = whole_loop ? "graph-loop" : execution_mode_name(unet_->last_mode());
   g.latents = std::move(x);
-  KILN_RETURN_IF_ERROR(decode(g));
+  // Tiles when asked, or by default when a side is over twice the VAE's tile.
+  const bool tiled = o.vae_tiling.value_or(std::max(g.width, g.height) > 2 * vae_tile_);
+  if (tiled && vae_tile_ < 4 * vae_factor_)
+    return invalid_argument("{}/vae_decoder/config.json: sample_size {} is too small to decode in tiles", dir_,
+                            vae_tile_);
+  KILN_RETURN_IF_ERROR(decode(g, tiled));
   return g;
 }
 

@@ -7,7 +7,7 @@
 //   DIR/text_encoder/model.onnx       input_ids -> last_hidden_state
 //   DIR/unet/model.onnx (+ model.onnx_data)  sample, timestep, encoder_hidden_states -> out_sample
 //   DIR/vae_decoder/model.onnx (+ config.json: scaling_factor, block_out_channels)
-//   DIR/vae_encoder/model.onnx        (image-to-image only)
+//   DIR/vae_encoder/model.onnx        sample -> latent distribution (image to image only)
 //
 //   KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load("models/sd15", {.mode = ExecutionMode::kGraph}));
 //   KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate({.prompt = "a cat", .steps = 20, .seed = 1}));
@@ -17,9 +17,11 @@
 // the negative prompt encoded as one batch [negative, prompt];
 // classifier-free guidance from one batched UNet pass over [x, x] per step;
 // the scheduler's update as per-step coefficient tables (pipeline/scheduler.h);
-// latents / scaling_factor decoded by the VAE. The initial latents and any
-// ancestral noise come from kiln's generator (pipeline/rng.h): the same seed
-// gives the same image in every mode.
+// latents / scaling_factor decoded by the VAE (in blended tiles for large
+// images, as diffusers' enable_vae_tiling); image to image as the img2img
+// pipeline: the encoded picture noised to the level of the step `strength`
+// picks. The initial latents and all noise come from kiln's generator
+// (core/rng.h): the same seed gives the same image in every run.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "pipeline/clip_tokenizer.h"
+#include "pipeline/png.h"
 #include "pipeline/scheduler.h"
 #include "runtime/model_runner.h"
 
@@ -57,6 +61,15 @@ struct GenerateOptions {
   int width = 0, height = 0;  // 0: the UNet's sample_size times the VAE factor
   int batch = 1;              // images per prompt
   std::string scheduler;      // empty: the one scheduler_config.json names
+  // Image to image: start from this picture (its size is the output's),
+  // encoded by vae_encoder and noised to the level of the step that
+  // `strength` (in (0, 1]) picks; 1 starts from noise.
+  const RgbImage* init_image = nullptr;
+  float strength = 0.8f;
+  // Decode in overlapping tiles of the VAE's sample size, blended, as
+  // diffusers' enable_vae_tiling (memory bounded by a tile); unset: when a
+  // side is over twice the tile.
+  std::optional<bool> vae_tiling;
   bool keep_trajectory = false;  // keep the latents after every step
   StepCallback on_step;
 };
@@ -67,7 +80,7 @@ struct GenerateOptions {
 // scheduler), compiling (first runs), and the rest: the host's work per step
 // (building inputs, plan lookup and binding, guidance, the scheduler update).
 struct StageTimes {
-  double tokenize = 0, text_encoder = 0;
+  double tokenize = 0, text_encoder = 0, vae_encode = 0;
   double denoise = 0, model = 0, compile = 0, vae_decode = 0;
   // Host time per denoise step outside the model's kernels and compiles, ms.
   double host_overhead_per_step(int steps) const {
@@ -83,6 +96,7 @@ struct Generation {
   int width = 0, height = 0;
   std::string scheduler;           // the scheduler used (parse_scheduler_kind's name)
   std::string mode;                // how the denoise loop ran: eager, graph or graph-loop
+  bool vae_tiled = false;          // decoded in tiles
   StageTimes times;
 };
 
@@ -108,19 +122,25 @@ class Pipeline {
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };
   Result<Tensor> encode_prompts(const GenerateOptions& options, StageTimes& times);
+  // The init image's latents x0 = scaling_factor * (mean + std * eps), eps the
+  // next draws of `noise`.
+  Result<Tensor> encode_image(const RgbImage& image, int64_t batch, NoiseStream& noise, StageTimes& times);
   Shape timestep_shape(int64_t batch) const;
   // The first `steps` steps of the loop over x, in place.
   Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   // auto: whether graph-loop beats the host loop on this loop, measured once per key.
   Result<bool> choose_whole_loop(const DenoiseRun& run, const Tensor& x);
-  Status decode(Generation& g);
+  Status decode(Generation& g, bool tiled);
+  Result<Tensor> decode_latents(const Tensor& z);  // z: latents / scaling_factor
+  Result<Tensor> decode_tiled(const Tensor& z);
 
   std::string dir_, unet_path_;
   PipelineOptions options_;
   std::optional<ClipTokenizer> tokenizer_;
   SchedulerConfig scheduler_config_;
   std::unique_ptr<ModelRunner> text_encoder_, unet_, vae_decoder_;
+  std::unique_ptr<ModelRunner> vae_encoder_;  // loaded by the first image-to-image generation
   std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by DenoiseRun::key
   std::map<std::string, bool> whole_loop_chosen_;            // auto: by DenoiseRun::key
   DType ids_dtype_ = DType::kI64, timestep_dtype_ = DType::kF32;
@@ -129,6 +149,7 @@ class Pipeline {
   std::optional<Shape> timestep_static_shape_;
   size_t hidden_state_output_ = 0;  // the text encoder's last_hidden_state
   int latent_channels_ = 4, sample_size_ = 64, vae_factor_ = 8;
+  int vae_tile_ = 512;  // the VAE config's sample_size: tiled decoding's tile, pixels
   float scaling_factor_ = 0.18215f;
 };
 

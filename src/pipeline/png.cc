@@ -4,6 +4,7 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 namespace kiln {
@@ -24,21 +25,14 @@ void on_warning(png_structp, png_const_charp) {}
 
 }  // namespace
 
-Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text) {
-  if (width <= 0 || height <= 0) return invalid_argument("cannot write a {}x{} image", width, height);
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "wb"));
-  if (!file) return invalid_argument("cannot write '{}'", path);
-  std::string error;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &error, on_error, on_warning);
-  if (!png) return internal_error("libpng: cannot start a PNG");
-  png_infop info = png_create_info_struct(png);
-  std::vector<png_text> chunks(text.size());
-  std::vector<png_bytep> rows(static_cast<size_t>(height));
-  if (!info || setjmp(png_jmpbuf(png))) {
-    png_destroy_write_struct(&png, &info);
-    return invalid_argument("cannot write '{}': {}", path, error.empty() ? "libpng failed" : error);
-  }
-  png_init_io(png, file.get());
+namespace {
+
+// The libpng calls, apart: setjmp's frame holds no object that changes
+// after it (the caller owns the buffers).
+bool write_png_body(png_structp png, png_infop info, std::FILE* file, const uint8_t* rgb, int width, int height,
+                    const PngText& text, std::vector<png_text>& chunks, std::vector<png_bytep>& rows) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  png_init_io(png, file);
   png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   for (size_t i = 0; i < text.size(); ++i) {
@@ -53,9 +47,46 @@ Status write_png(const std::string& path, const uint8_t* rgb, int width, int hei
   png_write_info(png, info);
   png_write_image(png, rows.data());
   png_write_end(png, info);
+  return true;
+}
+
+}  // namespace
+
+Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text) {
+  if (width <= 0 || height <= 0) return invalid_argument("cannot write a {}x{} image", width, height);
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "wb"));
+  if (!file) return invalid_argument("cannot write '{}'", path);
+  std::string error;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &error, on_error, on_warning);
+  if (!png) return internal_error("libpng: cannot start a PNG");
+  png_infop info = png_create_info_struct(png);
+  std::vector<png_text> chunks(text.size());
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  const bool written = info && write_png_body(png, info, file.get(), rgb, width, height, text, chunks, rows);
   png_destroy_write_struct(&png, &info);
+  if (!written) return invalid_argument("cannot write '{}': {}", path, error.empty() ? "libpng failed" : error);
   if (std::fflush(file.get()) != 0) return invalid_argument("cannot write '{}'", path);
   return ok_status();
+}
+
+Result<RgbImage> read_png(const std::string& path, int max_side) {
+  if (!std::filesystem::exists(path)) return not_found("{}: no such file", path);
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&image, path.c_str()))
+    return invalid_argument("{}: not a readable PNG ({})", path, image.message);
+  // png_image_free releases what begin_read allocated, on every path out.
+  std::unique_ptr<png_image, void (*)(png_imagep)> guard(&image, png_image_free);
+  if (image.width == 0 || image.height == 0 || image.width > png_uint_32(max_side) ||
+      image.height > png_uint_32(max_side))
+    return invalid_argument("{}: the image is {}x{}; kiln reads up to {} pixels a side", path, image.width,
+                            image.height, max_side);
+  image.format = PNG_FORMAT_RGB;
+  RgbImage out{int(image.width), int(image.height), std::vector<uint8_t>(PNG_IMAGE_SIZE(image))};
+  const png_color white{255, 255, 255};
+  if (!png_image_finish_read(&image, &white, out.rgb.data(), 0, nullptr))
+    return invalid_argument("{}: a corrupt or truncated PNG ({})", path, image.message);
+  return out;
 }
 
 }  // namespace kiln

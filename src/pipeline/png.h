@@ -1,4 +1,4 @@
-// PNG output through libpng: 8-bit RGB, with text chunks (iTXt, UTF-8) for
+// PNG input and output through libpng: 8-bit RGB, with text chunks (iTXt, UTF-8) for
 // what made the image, as users of other generators expect to find them
 // (prompt, seed, steps, scheduler, model). No time chunk: the same pixels
 // and text give byte-identical files.
@@ -19,5 +19,15 @@ using PngText = std::vector<std::pair<std::string, std::string>>;
 
 // rgb: height rows of width x 3 bytes.
 Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text);
+
+struct RgbImage {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // height rows of width x 3 bytes
+};
+
+// Any PNG (grey, palette, 16-bit, with alpha: composited on white) as 8-bit
+// RGB. Errors name the file; an image wider or taller than max_side is
+// refused before its pixels are read.
+Result<RgbImage> read_png(const std::string& path, int max_side);
 
 }  // namespace kiln

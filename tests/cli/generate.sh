@@ -39,6 +39,18 @@ done
 "$kiln" generate "${args[@]}" --batch 2 -o batch.png -q
 [[ -s batch-1.png && -s batch-2.png ]] || fail "--batch 2 did not write batch-1.png and batch-2.png"
 
+# Image to image: the picture's size is the output's.
+init="$tiny_sd/reference/img2img_ddim/init.png"
+"$kiln" generate "${args[@]}" --init-image "$init" --strength 0.5 -o img2img.png >img2img.out 2>/dev/null
+grep -q "^wrote img2img.png (64x48, 4 steps of euler" img2img.out || fail "image to image: $(cat img2img.out)"
+grep -aq "Denoising strength: 0.5" img2img.png || fail "the PNG lacks the strength"
+
+# Over twice the VAE's 64-pixel tile: decoded in tiles unless told not to.
+"$kiln" generate "${args[@]}" --width 144 --height 96 -o tiled.png -q --profile >tiled.out
+grep -q "vae decode .*(in tiles)" tiled.out || fail "144x96 was not decoded in tiles: $(cat tiled.out)"
+"$kiln" generate "${args[@]}" --width 144 --height 96 -o whole.png -q --profile --vae-tiling off >whole.out
+grep -q "(in tiles)" whole.out && fail "--vae-tiling off still decoded in tiles"
+
 expect_error() {  # EXPECTED-SUBSTRING KILN-GENERATE-ARGS...
   local want=$1
   shift
@@ -81,6 +93,14 @@ broken vae_decoder/config.json keep
 printf '{"scaling_factor": "big"}' >sd/vae_decoder/config.json
 expect_error "scaling_factor" --model sd --prompt "a cat" --steps 2
 
+broken vae_encoder/model.onnx rm
+expect_error "sd/vae_encoder/model.onnx" --model sd --prompt "a cat" --steps 2 --init-image "$init"
+head -c 100 "$init" >cut.png
+expect_error "cut.png: a corrupt or truncated PNG" "${base[@]}" --init-image cut.png
+expect_error "nothing.png: no such file" "${base[@]}" --init-image nothing.png
+expect_error "strength" "${base[@]}" --init-image "$init" --strength 0
+
+expect_error "--vae-tiling" "${base[@]}" --vae-tiling maybe
 expect_error "not a pipeline folder" --model nowhere --prompt "a cat"
 expect_error "--steps must be at least 1" "${base[@]}" --steps 0
 expect_error "multiple of 8" "${base[@]}" --width 60

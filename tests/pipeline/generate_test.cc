@@ -1,7 +1,7 @@
 // Text-to-image on tests/models/tiny-sd against the PyTorch pipeline
 // (tools/make_tiny_sd.py): every reference case (each scheduler, a negative
-// prompt, 20 steps) in every mode, step by step; and the promise that a seed
-// gives the same image bit for bit.
+// prompt, 20 steps, image to image, tiled VAE decoding) in every mode, step
+// by step; and the promise that a seed gives the same image bit for bit.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -36,12 +36,22 @@ std::unique_ptr<Pipeline> load(const ModeCase& m) {
   return pipe.ok() ? std::move(pipe).value() : nullptr;
 }
 
-GenerateOptions case_options(const fs::path& folder) {
+// The case's options; an image-to-image case's picture is read into `init`.
+GenerateOptions case_options(const fs::path& folder, std::optional<RgbImage>& init) {
   std::ifstream in(folder / "case.json");
   const nlohmann::json c = nlohmann::json::parse(in);
-  return {.prompt = c["prompt"], .negative_prompt = c["negative_prompt"], .steps = c["steps"],
-          .guidance_scale = c["guidance_scale"], .seed = c["seed"], .width = c["width"], .height = c["height"],
-          .scheduler = c["scheduler"], .keep_trajectory = true};
+  GenerateOptions o{.prompt = c["prompt"], .negative_prompt = c["negative_prompt"], .steps = c["steps"],
+                    .guidance_scale = c["guidance_scale"], .seed = c["seed"], .width = c["width"],
+                    .height = c["height"], .scheduler = c["scheduler"], .keep_trajectory = true};
+  if (c.contains("init_image")) {
+    auto image = read_png((folder / c["init_image"].get<std::string>()).string(), 4096);
+    EXPECT_TRUE(image.ok()) << image.status().message();
+    if (image.ok()) init = std::move(*image);
+    o.init_image = init ? &*init : nullptr;
+    o.strength = c["strength"];
+  }
+  if (c.contains("vae_tiling")) o.vae_tiling = c["vae_tiling"].get<bool>();
+  return o;
 }
 
 class TinySd : public ::testing::TestWithParam<ModeCase> {};
@@ -52,20 +62,21 @@ TEST_P(TinySd, MatchesThePyTorchPipelineStepByStep) {
   std::vector<fs::path> cases;
   for (const auto& e : fs::directory_iterator(kTinySd / "reference")) cases.push_back(e.path());
   std::sort(cases.begin(), cases.end());
-  ASSERT_GE(cases.size(), 7u);
+  ASSERT_GE(cases.size(), 11u);
   for (const fs::path& folder : cases) {
     SCOPED_TRACE(folder.filename().string());
-    const GenerateOptions o = case_options(folder);
+    std::optional<RgbImage> init;
+    const GenerateOptions o = case_options(folder, init);
     auto g = pipe->generate(o);
     ASSERT_TRUE(g.ok()) << g.status().message();
     auto trajectory = npy_read((folder / "trajectory.npy").string());
     auto pixels = npy_read((folder / "pixels.npy").string());
     ASSERT_TRUE(trajectory.ok() && pixels.ok());
-    ASSERT_EQ(g->trajectory.size(), size_t(o.steps));
+    const int steps = int(g->trajectory.size());  // fewer for image to image
     const int64_t n = g->latents.numel();
-    ASSERT_EQ(trajectory->numel(), n * o.steps);
+    ASSERT_EQ(trajectory->numel(), n * steps);
     double worst = 0;
-    for (int s = 0; s < o.steps; ++s)
+    for (int s = 0; s < steps; ++s)
       for (int64_t j = 0; j < n; ++j)
         worst = std::max(worst, double(std::abs(g->trajectory[size_t(s)].data<float>()[j] -
                                                 trajectory->data<float>()[s * n + j])));
@@ -113,6 +124,23 @@ TEST(Generate, RejectsBadOptions) {
   for (GenerateOptions o : {GenerateOptions{.prompt = "a", .steps = 0}, GenerateOptions{.prompt = "a", .width = 60},
                             GenerateOptions{.prompt = "a", .batch = 0},
                             GenerateOptions{.prompt = "a", .scheduler = "pndm"}}) {
+    auto g = pipe->generate(o);
+    EXPECT_FALSE(g.ok());
+    if (!g.ok()) {
+      EXPECT_NE(g.status().code(), StatusCode::kInternal) << g.status().message();
+    }
+  }
+}
+
+TEST(Generate, RejectsBadImageToImageOptions) {
+  auto pipe = load(kModes[1]);
+  ASSERT_TRUE(pipe);
+  const RgbImage odd{60, 48, std::vector<uint8_t>(60 * 48 * 3, 128)}, fine{64, 48, std::vector<uint8_t>(64 * 48 * 3, 128)};
+  for (GenerateOptions o : {GenerateOptions{.prompt = "a", .init_image = &odd},
+                            GenerateOptions{.prompt = "a", .width = 64, .height = 64, .init_image = &fine},
+                            GenerateOptions{.prompt = "a", .init_image = &fine, .strength = 0.0f},
+                            GenerateOptions{.prompt = "a", .init_image = &fine, .strength = 1.5f},
+                            GenerateOptions{.prompt = "a", .steps = 4, .init_image = &fine, .strength = 0.2f}}) {
     auto g = pipe->generate(o);
     EXPECT_FALSE(g.ok());
     if (!g.ok()) {
