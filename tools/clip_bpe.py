@@ -275,11 +275,12 @@ def dump_json(obj):
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_tokenizer_dir(path, num_merges=DEFAULT_MERGES, pad_token=EOS, max_length=DEFAULT_MAX_LENGTH):
+def write_tokenizer_dir(path, num_merges=DEFAULT_MERGES, pad_token=EOS, max_length=DEFAULT_MAX_LENGTH,
+                        corpus=CAPTIONS):
     """Writes vocab.json, merges.txt, special_tokens_map.json and
-    tokenizer_config.json of a tokenizer trained on CAPTIONS. pad_token: EOS
+    tokenizer_config.json of a tokenizer trained on `corpus`. pad_token: EOS
     as SD 1.x, "!" as SD 2.x."""
-    merges = train_merges(num_merges)
+    merges = train_merges(num_merges, corpus)
     byte_chars = list(BYTE_ENCODER.values())
     tokens = byte_chars + [c + END_OF_WORD for c in byte_chars] + [a + b for a, b in merges] + [BOS, EOS]
     vocab = {t: i for i, t in enumerate(tokens)}

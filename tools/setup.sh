@@ -13,7 +13,9 @@ packages=(
 )
 # Only needed to regenerate the reference models and data (tools/*.py).
 if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then
-  packages+=(python3-torch python3-onnx python3-numpy python3-regex)
+  # OpenBLAS: without it Debian's torch runs on the reference BLAS, far too
+  # slow to train tools/train_default_model.py.
+  packages+=(python3-torch python3-onnx python3-numpy python3-regex libopenblas0-openmp)
 fi
 
 missing=()
