@@ -123,15 +123,15 @@ Status generate(const GenerateFlags& f) {
                             g.scheduler, f.guidance_scale, seed, size, model);
   if (init_image) parameters += fmt::format(", Denoising strength: {}", f.strength);
   PngText text = {{"prompt", f.prompt},
-                        {"negative_prompt", f.negative_prompt},
-                        {"seed", std::to_string(seed)},
-                        {"steps", std::to_string(f.steps)},
-                        {"scheduler", g.scheduler},
-                        {"guidance_scale", fmt::format("{}", f.guidance_scale)},
-                        {"size", size},
-                        {"model", model},
-                        {"parameters", parameters},
-                        {"software", "kiln " KILN_VERSION_STRING}};
+                  {"negative_prompt", f.negative_prompt},
+                  {"seed", std::to_string(seed)},
+                  {"steps", std::to_string(f.steps)},
+                  {"scheduler", g.scheduler},
+                  {"guidance_scale", fmt::format("{}", f.guidance_scale)},
+                  {"size", size},
+                  {"model", model},
+                  {"parameters", parameters},
+                  {"software", "kiln " KILN_VERSION_STRING}};
   if (init_image) {
     text.emplace_back("init_image", std::filesystem::path(f.init_image).filename().string());
     text.emplace_back("strength", fmt::format("{}", f.strength));
@@ -146,7 +146,7 @@ Status generate(const GenerateFlags& f) {
 
   if (f.profile) {
     const StageTimes& t = g.times;
-    fmt::print("profile ({}, {} steps of {}):\n", g.mode, f.steps, g.scheduler);
+    fmt::print("profile ({}, {} steps of {}):\n", g.mode, g.steps_run, g.scheduler);
     fmt::print("  {:<14}{:>10.2f} ms\n", "tokenize", t.tokenize);
     fmt::print("  {:<14}{:>10.2f} ms\n", "text encoder", t.text_encoder);
     if (init_image) fmt::print("  {:<14}{:>10.2f} ms\n", "vae encode", t.vae_encode);
@@ -155,7 +155,7 @@ Status generate(const GenerateFlags& f) {
     fmt::print("  {:<14}{:>10.2f} ms{}\n", "vae decode", t.vae_decode, g.vae_tiled ? "  (in tiles)" : "");
     fmt::print("  {:<14}{:>10.2f} ms\n", "png", png_ms);
     fmt::print("  host overhead per step: {:.4f} ms (denoise time outside the model's kernels and compiles)\n",
-               t.host_overhead_per_step(f.steps));
+               t.host_overhead_per_step(g.steps_run));
   }
   if (!f.quiet)
     for (const std::string& path : written)

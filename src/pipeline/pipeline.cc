@@ -518,6 +518,7 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
                        fmt::format("{} {} guidance={} {} steps={} from={}", signature_entry("x", DType::kF32, shape),
                                    signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
                                    g.scheduler, o.steps, first_step)};
+  g.steps_run = tables.steps();
   bool whole_loop = options_.whole_loop;
   if (options_.mode == ExecutionMode::kAuto) {
     KILN_ASSIGN_OR_RETURN(whole_loop, choose_whole_loop(run, x));

@@ -94,6 +94,7 @@ struct Generation {
   Tensor image;                    // [batch, 3, H, W] in [-1, 1], the VAE's output
   std::vector<uint8_t> pixels;     // batch images of H x W x RGB, row-major
   int width = 0, height = 0;
+  int steps_run = 0;               // denoise steps run: fewer than asked for image to image
   std::string scheduler;           // the scheduler used (parse_scheduler_kind's name)
   std::string mode;                // how the denoise loop ran: eager, graph or graph-loop
   bool vae_tiled = false;          // decoded in tiles

@@ -73,6 +73,7 @@ TEST_P(TinySd, MatchesThePyTorchPipelineStepByStep) {
     auto pixels = npy_read((folder / "pixels.npy").string());
     ASSERT_TRUE(trajectory.ok() && pixels.ok());
     const int steps = int(g->trajectory.size());  // fewer for image to image
+    EXPECT_EQ(g->steps_run, steps);
     const int64_t n = g->latents.numel();
     ASSERT_EQ(trajectory->numel(), n * steps);
     double worst = 0;
