@@ -79,8 +79,9 @@ IMG2IMG_CASES = [("img2img_dpmpp_2m", "a red circle", 5, 10, 0.6, "dpmpp_2m"),
 
 
 class VaeEncoder(nn.Module):
-    """SD-style encoder, three 2x downsamples: image [B, 3, H, W] -> the latent
-    distribution's mean and log-variance [B, 8, H/8, W/8]."""
+    """SD-style encoder, a 2x downsample per entry of `chans` (three here:
+    8x): image [B, 3, H, W] -> the latent distribution's mean and log-variance
+    [B, 2 latent_ch, H/8, W/8]. tools/train_default_model.py uses it too."""
 
     def __init__(self, chans=(32, 64, 64), latent_ch=LATENT_CHANNELS):
         super().__init__()

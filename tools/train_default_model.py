@@ -39,14 +39,12 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clip_bpe  # noqa: E402
-from make_reference_models import (Downsample, ResnetBlock, TextEncoder, UNet, VaeDecoder,  # noqa: E402
-                                   group_norm)
-from make_tiny_sd import export, write_json  # noqa: E402
+from make_reference_models import TextEncoder, UNet, VaeDecoder  # noqa: E402
+from make_tiny_sd import VaeEncoder, export, write_json  # noqa: E402
 
 SIZE = 64            # image side, pixels
 FACTOR = 4           # VAE downsampling
@@ -139,24 +137,6 @@ def all_captions():
 
 
 # ------------------------------------------------------------ the networks
-
-class VaeEncoder(nn.Module):
-    """64 x 64 x 3 -> the latent distribution's mean and log-variance, 16 x 16 x 2C."""
-
-    def __init__(self, chans=(32, 64)):
-        super().__init__()
-        c = chans[0]
-        self.conv_in = nn.Conv2d(3, c, 3, padding=1)
-        blocks = []
-        for cout in chans:
-            blocks += [ResnetBlock(c, cout), Downsample(cout)]
-            c = cout
-        self.down = nn.Sequential(*blocks)
-        self.norm_out, self.conv_out = group_norm(c, eps=1e-6), nn.Conv2d(c, 2 * LATENT_CHANNELS, 3, padding=1)
-
-    def forward(self, sample):
-        return self.conv_out(F.silu(self.norm_out(self.down(self.conv_in(sample)))))
-
 
 def alphas_cumprod():
     c = SCHEDULER_CONFIG
@@ -272,7 +252,9 @@ def main():
     tokenizer = clip_bpe.ClipTokenizer(tok_dir)
     vocab_size = len(tokenizer.encoder)
 
-    encoder, decoder = VaeEncoder(), VaeDecoder(latent_ch=LATENT_CHANNELS, chans=(64, 32), resnets_per_block=1)
+    # Two 2x steps each way: 4x.
+    encoder = VaeEncoder(chans=(32, 64))
+    decoder = VaeDecoder(latent_ch=LATENT_CHANNELS, chans=(64, 32), resnets_per_block=1)
     vae = train_vae(encoder, decoder, rng, tokenizer, args.minutes * 60 * 0.15, log)
     encoder.eval()
     decoder.eval()
