@@ -175,13 +175,28 @@ class SpatialTransformer(nn.Module):
         return x + self.proj_out(y)
 
 
+class NoTransformer(nn.Module):
+    """A level without attention: passes the features through."""
+
+    def forward(self, x, context):
+        return x
+
+
 class UNet(nn.Module):
     """SD-style UNet, one ResNet + transformer per level on the way down, two on
     the way up (SD's layers_per_block + 1), skips concatenated on the way up.
-    Widths (16, 32) rather than (32, 64) keep the file under 2 MB."""
+    Widths (16, 32) rather than (32, 64) keep the file under 2 MB. attention
+    says per level whether it has the transformers (SD 1.5 leaves them out of
+    its lowest-resolution level; a small model trained on a CPU leaves them out
+    of its highest, where self-attention costs the most)."""
 
-    def __init__(self, in_ch=4, chans=(16, 32), heads=2, context_dim=32):
+    def __init__(self, in_ch=4, chans=(16, 32), heads=2, context_dim=32, attention=None):
         super().__init__()
+        attention = attention or (True,) * len(chans)
+
+        def transformer(level, c):
+            return SpatialTransformer(c, heads, context_dim) if attention[level] else NoTransformer()
+
         c0, temb = chans[0], chans[0] * 4
         self.chans = chans
         self.conv_in = nn.Conv2d(in_ch, c0, 3, padding=1)
@@ -190,7 +205,7 @@ class UNet(nn.Module):
         skip_chans, c = [c0], c0
         for i, cout in enumerate(chans):
             last = i == len(chans) - 1
-            self.down.append(nn.ModuleList([ResnetBlock(c, cout, temb), SpatialTransformer(cout, heads, context_dim),
+            self.down.append(nn.ModuleList([ResnetBlock(c, cout, temb), transformer(i, cout),
                                             nn.Identity() if last else Downsample(cout)]))
             c = cout
             skip_chans += [cout] if last else [cout, cout]
@@ -201,7 +216,7 @@ class UNet(nn.Module):
             layers = nn.ModuleList()
             for _ in range(2):
                 layers.append(ResnetBlock(c + skip_chans.pop(), cout, temb))
-                layers.append(SpatialTransformer(cout, heads, context_dim))
+                layers.append(transformer(i, cout))
                 c = cout
             layers.append(Upsample(cout) if i > 0 else nn.Identity())
             self.up.append(layers)

@@ -231,21 +231,27 @@ def tiled_decode(decoder, z, tile=64, factor=8, overlap=0.25):
     return torch.cat(result_rows, dim=2)
 
 
+TINY_SD = {"max_length": MAX_LENGTH, "factor": 8, "scaling_factor": SCALING_FACTOR, "scheduler": SCHEDULER_CONFIG}
+
+
 def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, steps, guidance, scheduler, width,
-             height, init=None, strength=None):
+             height, init=None, strength=None, spec=TINY_SD):
     """The pipeline kiln implements, in PyTorch float32: CFG with a batched
     uncond/cond pass, the scheduler's update, the VAE decode. With `init`
     (bytes [H, W, 3]), image to image: the encoder's latent drawn with the
     seed's first draws, noised with the next ones to the level of the step
-    that `strength` picks, as diffusers' img2img pipeline starts."""
+    that `strength` picks, as diffusers' img2img pipeline starts. `spec`
+    holds what differs between pipelines: the tokenizer's length, the VAE's
+    factor and scaling, the scheduler config."""
     kind, karras = (scheduler[:-len("_karras")], True) if scheduler.endswith("_karras") else (scheduler, False)
-    config = dict(SCHEDULER_CONFIG, use_karras_sigmas=karras)
+    config = dict(spec["scheduler"], use_karras_sigmas=karras)
     sched = scheduler_ref.make(kind, config)
     sched.set_timesteps(steps)
-    ids = torch.tensor([tokenizer(negative, MAX_LENGTH), tokenizer(prompt, MAX_LENGTH)], dtype=torch.int64)
+    max_length, factor, scaling = spec["max_length"], spec["factor"], spec["scaling_factor"]
+    ids = torch.tensor([tokenizer(negative, max_length), tokenizer(prompt, max_length)], dtype=torch.int64)
     with torch.no_grad():
         context = text(ids)[0]
-    shape = (1, LATENT_CHANNELS, height // 8, width // 8)
+    shape = (1, LATENT_CHANNELS, height // factor, width // factor)
     count = int(np.prod(shape))
     pairs = (count + 1) // 2
     first_step = 0
@@ -257,7 +263,7 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
         with torch.no_grad():
             mean, logvar = encoder(image).chunk(2, dim=1)
         eps = torch.from_numpy(kiln_rng.normals(seed, 0, count).reshape(shape))
-        x0 = (mean + torch.exp(0.5 * logvar.clamp(-30.0, 20.0)) * eps) * SCALING_FACTOR
+        x0 = (mean + torch.exp(0.5 * logvar.clamp(-30.0, 20.0)) * eps) * scaling
         first_step = max(steps - min(int(steps * strength), steps), 0)
         start_noise = kiln_rng.normals(seed, pairs, count).reshape(shape)
         latents = torch.from_numpy(np.asarray(sched.add_noise(x0.numpy(), start_noise, first_step), np.float32))
@@ -278,7 +284,7 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
                                               dtype=np.float32))
         trajectory.append(latents.numpy().copy())
     with torch.no_grad():
-        image = decoder(latents / SCALING_FACTOR)
+        image = decoder(latents / scaling)
     pixels = ((image[0] / 2 + 0.5).clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
     return np.stack(trajectory), image.numpy(), pixels
 

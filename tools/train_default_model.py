@@ -6,10 +6,13 @@ below), rendered procedurally at 64 x 64. A small VAE (4x: 16 x 16 x 4
 latents) is trained first, then a CLIP-style text encoder and an SD-style
 UNet together with the DDPM objective (epsilon prediction, SD's
 scaled_linear schedule, the caption dropped 10 % of the time for
-classifier-free guidance). The networks are tools/make_reference_models.py's,
-so the export has the op patterns of an SD 1.5 export; it is written in the
-pipeline folder layout `kiln generate` reads (tools/make_tiny_sd.py's
-writer), with recipe.json holding the recipe and the final losses.
+classifier-free guidance; the exported weights are an exponential moving
+average). The networks are tools/make_reference_models.py's, so the export
+has the op patterns of an SD 1.5 export; it is written in the pipeline
+folder layout `kiln generate` reads, with recipe.json holding the recipe and
+the final losses and vocabulary.json the grammar below (for `kiln generate
+--help` and its warning on other words). PyTorch's latents and image for two
+fixed prompts and seeds go to --reference-out: kiln must match them.
 
     caption  = COUNT [SIZE] COLOUR SHAPE[s] [POSITION] [on a COLOUR background]
     COUNT    = a | one | two | three
@@ -22,13 +25,14 @@ writer), with recipe.json holding the recipe and the final losses.
 Deterministic for a given --seed and --minutes budget up to the wall clock
 (the number of training steps is what the budget allows; it is recorded).
 
-    /usr/bin/python3 tools/train_default_model.py [--minutes 80] [--out models/shapes]
+    /usr/bin/python3 tools/train_default_model.py [--minutes 75] [--out models/shapes]
+        [--reference-out tests/data/default-model-reference] [--checkpoint FILE.pt]
 
 Needs OpenBLAS (KILN_SETUP_PYTHON=1 tools/setup.sh installs it). On 2 cores
-a training step (batch 32) takes about 0.6 s for the VAE and 1.3 s for the
-text encoder + UNet at these widths, so 80 minutes is some 3,500 steps:
-the widths and the budget split are still to be tuned against the prompt
-test. A 1.5-minute run exports a folder that `kiln generate` runs.
+a training step (batch 32) takes about 0.65 s for the VAE and 0.4 s for the
+text encoder + UNet, so 75 minutes is some 650 VAE and 10,000 diffusion
+steps. The UNet has no attention at 16 x 16, where self-attention over 256
+positions took half of each step.
 """
 import argparse
 import json
@@ -44,6 +48,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clip_bpe  # noqa: E402
 from make_reference_models import TextEncoder, UNet, VaeDecoder  # noqa: E402
+import make_tiny_sd  # noqa: E402
 from make_tiny_sd import VaeEncoder, export, write_json  # noqa: E402
 
 SIZE = 64            # image side, pixels
@@ -60,6 +65,13 @@ SIZES = {"small": 0.11, "": 0.17, "large": 0.26}  # radius as a fraction of the 
 POSITIONS = {"at the top left": (0.27, 0.27), "at the top right": (0.73, 0.27), "at the bottom left": (0.27, 0.73),
              "at the bottom right": (0.73, 0.73), "in the center": (0.5, 0.5), "at the top": (0.5, 0.25),
              "at the bottom": (0.5, 0.75), "on the left": (0.25, 0.5), "on the right": (0.75, 0.5)}
+BATCH = 32
+VAE_LR, DIFFUSION_LR, EMA_DECAY = 1e-3, 6e-4, 0.999
+VAE_SHARE = 0.12     # of the time budget
+# Attention only at 8 x 8 and 4 x 4: at 16 x 16 self-attention took half of a
+# training step and left too few steps for the budget.
+UNET = {"chans": (32, 64, 128), "attention": (False, True, True), "heads": 4}
+GRAMMAR = "COUNT [SIZE] COLOUR SHAPE[s] [POSITION] [on a COLOUR background]"
 SCHEDULER_CONFIG = {"_class_name": "EulerDiscreteScheduler", "_diffusers_version": "0.21.0", "beta_end": 0.012,
                     "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
                     "prediction_type": "epsilon", "set_alpha_to_one": False, "steps_offset": 1,
@@ -130,6 +142,20 @@ def batch(rng, tokenizer, n):
     return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), ids, scenes
 
 
+def write_vocabulary(path):
+    """vocabulary.json: the grammar, its parts and every word it uses, for
+    `kiln generate --help` and its warning on words the model never saw."""
+    parts = {"COUNT": list(COUNTS), "SIZE": [s for s in SIZES if s], "COLOUR": list(COLOURS), "SHAPE": list(SHAPES),
+             "POSITION": list(POSITIONS)}
+    words = {w for phrases in parts.values() for phrase in phrases for w in phrase.split()}
+    words |= {s + "s" for s in SHAPES} | {"on", "a", "background"}
+    write_json(path, {"grammar": GRAMMAR, "parts": parts, "words": sorted(words),
+                      "notes": ["a POSITION goes with one shape only",
+                                "what a caption leaves out, such as the background or where the shapes go, is drawn at random"],
+                      "examples": ["a red circle on a blue background", "two green squares",
+                                   "a small yellow triangle at the top left"]})
+
+
 def all_captions():
     """Every word of the grammar in context, for the tokenizer's merges."""
     rng = np.random.default_rng(0)
@@ -148,10 +174,10 @@ def alphas_cumprod():
 
 def train_vae(encoder, decoder, rng, tokenizer, seconds, log):
     params = list(encoder.parameters()) + list(decoder.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3)
+    opt = torch.optim.AdamW(params, lr=VAE_LR)
     start, step, loss_avg = time.time(), 0, None
     while time.time() - start < seconds:
-        images, _, _ = batch(rng, tokenizer, 32)
+        images, _, _ = batch(rng, tokenizer, BATCH)
         mean, logvar = encoder(images).chunk(2, dim=1)
         z = mean + torch.exp(0.5 * logvar.clamp(-30, 20)) * torch.randn_like(mean)
         recon = F.mse_loss(decoder(z), images)
@@ -168,12 +194,20 @@ def train_vae(encoder, decoder, rng, tokenizer, seconds, log):
 
 
 def train_diffusion(text, unet, encoder, scaling, rng, tokenizer, seconds, log):
-    opt = torch.optim.AdamW(list(text.parameters()) + list(unet.parameters()), lr=3e-4, weight_decay=0.01)
+    """Returns the losses and the EMA of the weights (decay EMA_DECAY), which
+    is what gets exported: it draws cleaner pictures than the last step's."""
+    params = list(text.parameters()) + list(unet.parameters())
+    opt = torch.optim.AdamW(params, lr=DIFFUSION_LR, weight_decay=0.01)
+    ema = [p.detach().clone() for p in params]
     ac = alphas_cumprod()
     empty = torch.tensor([tokenizer("", MAX_LENGTH)], dtype=torch.int64)
     start, step, loss_avg = time.time(), 0, None
-    while time.time() - start < seconds:
-        images, ids, _ = batch(rng, tokenizer, 32)
+    while (elapsed := time.time() - start) < seconds:
+        # Linear warm-up, then a cosine decay to a tenth over the time budget.
+        lr = DIFFUSION_LR * min(1.0, (step + 1) / 200) * (0.55 + 0.45 * math.cos(math.pi * elapsed / seconds))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        images, ids, _ = batch(rng, tokenizer, BATCH)
         with torch.no_grad():
             mean, logvar = encoder(images).chunk(2, dim=1)
             x0 = (mean + torch.exp(0.5 * logvar.clamp(-30, 20)) * torch.randn_like(mean)) * scaling
@@ -186,16 +220,46 @@ def train_diffusion(text, unet, encoder, scaling, rng, tokenizer, seconds, log):
         loss = F.mse_loss(unet(xt, t.float(), text(ids)[0]), noise)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(text.parameters()) + list(unet.parameters()), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        with torch.no_grad():
+            decay = min(EMA_DECAY, (1 + step) / (10 + step))  # a short memory while the weights move fast
+            for e, p in zip(ema, params):
+                e.mul_(decay).add_(p.detach(), alpha=1 - decay)
         step += 1
         loss_avg = loss.item() if loss_avg is None else 0.99 * loss_avg + 0.01 * loss.item()
-        if step % 100 == 0:
-            log(f"diffusion step {step}: loss {loss_avg:.4f} ({(time.time() - start) / 60:.1f} min)")
+        if step % 200 == 0:
+            log(f"diffusion step {step}: loss {loss_avg:.4f}, lr {lr:.2e} ({elapsed / 60:.1f} min)")
+    with torch.no_grad():
+        for e, p in zip(ema, params):
+            p.copy_(e)
     return {"steps": step, "loss": loss_avg}
 
 
 # ------------------------------------------------------------------ export
+
+# kiln's image for these must match PyTorch's (tests/pipeline/default_model_test.cc).
+REFERENCE_CASES = [("red_circle_euler", "a red circle on a blue background", 1, "euler"),
+                   ("two_green_squares_dpmpp_2m", "two green squares", 2, "dpmpp_2m")]
+
+
+def write_reference(out, tokenizer, text, unet, decoder, encoder, scaling):
+    """The PyTorch pipeline's latents and image for REFERENCE_CASES, written
+    as tests/models/tiny-sd's reference cases are."""
+    spec = {"max_length": MAX_LENGTH, "factor": FACTOR, "scaling_factor": scaling, "scheduler": SCHEDULER_CONFIG}
+    for name, prompt, seed, scheduler in REFERENCE_CASES:
+        trajectory, _, pixels = make_tiny_sd.generate(tokenizer, text, unet, decoder, encoder, prompt, "", seed, 20, 7.5,
+                                                      scheduler, SIZE, SIZE, spec=spec)
+        folder = os.path.join(out, name)
+        os.makedirs(folder, exist_ok=True)
+        np.save(os.path.join(folder, "trajectory.npy"), trajectory.astype(np.float32))
+        np.save(os.path.join(folder, "pixels.npy"), pixels)
+        write_json(os.path.join(folder, "case.json"), {
+            "prompt": prompt, "negative_prompt": "", "seed": seed, "steps": 20, "guidance_scale": 7.5,
+            "scheduler": scheduler, "width": SIZE, "height": SIZE})
+
+
+
 
 def export_pipeline(out, text, unet, decoder, encoder, scaling, vocab_size, recipe):
     write_json(os.path.join(out, "model_index.json"), {
@@ -238,10 +302,14 @@ def export_pipeline(out, text, unet, decoder, encoder, scaling, vocab_size, reci
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="models/shapes", help="pipeline folder to write (default: models/shapes)")
-    parser.add_argument("--minutes", type=float, default=80, help="training budget, VAE included (default: 80)")
+    parser.add_argument("--minutes", type=float, default=75, help="training budget, VAE included (default: 75)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference-out", default="tests/data/default-model-reference",
+                        help="where to write PyTorch's latents and images for fixed prompts and seeds")
+    parser.add_argument("--checkpoint", help="also save the trained networks' state here (torch.save)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
+    torch.set_num_threads(os.cpu_count() or 1)  # Debian's torch starts with one
     rng = np.random.default_rng(args.seed)
     begin = time.time()
     log = lambda line: print(f"[{(time.time() - begin) / 60:5.1f} min] {line}", flush=True)  # noqa: E731
@@ -249,13 +317,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tok_dir = os.path.join(args.out, "tokenizer")
     clip_bpe.write_tokenizer_dir(tok_dir, max_length=MAX_LENGTH, corpus=all_captions())
+    write_vocabulary(os.path.join(args.out, "vocabulary.json"))
     tokenizer = clip_bpe.ClipTokenizer(tok_dir)
     vocab_size = len(tokenizer.encoder)
 
     # Two 2x steps each way: 4x.
     encoder = VaeEncoder(chans=(32, 64))
     decoder = VaeDecoder(latent_ch=LATENT_CHANNELS, chans=(64, 32), resnets_per_block=1)
-    vae = train_vae(encoder, decoder, rng, tokenizer, args.minutes * 60 * 0.15, log)
+    vae = train_vae(encoder, decoder, rng, tokenizer, args.minutes * 60 * VAE_SHARE, log)
     encoder.eval()
     decoder.eval()
     with torch.no_grad():  # SD's convention: latents scaled to unit variance
@@ -264,20 +333,25 @@ def main():
     log(f"vae: {vae}, scaling_factor {scaling:.5f}")
 
     text = TextEncoder(vocab=vocab_size, dim=CONTEXT_DIM, heads=4, layers=2, max_len=MAX_LENGTH)
-    unet = UNet(in_ch=LATENT_CHANNELS, chans=(64, 128), heads=4, context_dim=CONTEXT_DIM)
+    unet = UNet(in_ch=LATENT_CHANNELS, context_dim=CONTEXT_DIM, **UNET)
     diffusion = train_diffusion(text, unet, encoder, scaling, rng, tokenizer,
                                 args.minutes * 60 - (time.time() - begin), log)
     text.eval()
     unet.eval()
     recipe = {"seed": args.seed, "minutes": args.minutes, "vae": vae, "diffusion": diffusion,
-              "scaling_factor": scaling, "batch": 32, "vae_lr": 1e-3, "diffusion_lr": 3e-4,
-              "caption_dropout": 0.1, "parameters": {
+              "scaling_factor": scaling, "batch": BATCH, "vae_lr": VAE_LR, "diffusion_lr": DIFFUSION_LR,
+              "lr_schedule": "200-step warm-up, cosine to 0.1 over the budget", "ema_decay": EMA_DECAY,
+              "caption_dropout": 0.1, "unet": UNET, "parameters": {
                   "text_encoder": sum(p.numel() for p in text.parameters()),
                   "unet": sum(p.numel() for p in unet.parameters()),
                   "vae_decoder": sum(p.numel() for p in decoder.parameters()),
                   "vae_encoder": sum(p.numel() for p in encoder.parameters())},
               "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if args.checkpoint:
+        torch.save({"text_encoder": text.state_dict(), "unet": unet.state_dict(), "vae_decoder": decoder.state_dict(),
+                    "vae_encoder": encoder.state_dict(), "recipe": recipe}, args.checkpoint)
     export_pipeline(args.out, text, unet, decoder, encoder, scaling, vocab_size, recipe)
+    write_reference(args.reference_out, tokenizer, text, unet, decoder, encoder, scaling)
     log(f"wrote {args.out}: {json.dumps(recipe)}")
 
 
