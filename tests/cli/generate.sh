@@ -10,8 +10,8 @@ kiln=$(realpath "$1")
 tiny_sd="$(cd "$(dirname "${BASH_SOURCE[0]}")/../models/tiny-sd" && pwd)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/generate_checks.sh"
 cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 base=(--model "$tiny_sd" --prompt "a cat")
 args=("${base[@]}" --steps 4 --seed 1)
@@ -51,17 +51,6 @@ grep -q "vae decode .*(in tiles)" tiled.out || fail "144x96 was not decoded in t
 "$kiln" generate "${args[@]}" --width 144 --height 96 -o whole.png -q --profile --vae-tiling off >whole.out
 grep -q "(in tiles)" whole.out && fail "--vae-tiling off still decoded in tiles"
 
-expect_error() {  # EXPECTED-SUBSTRING KILN-GENERATE-ARGS...
-  local want=$1
-  shift
-  set +e
-  "$kiln" generate "$@" >/dev/null 2>err.txt
-  local rc=$?
-  set -e
-  [[ $rc -eq 2 ]] || fail "kiln generate $*: exit code $rc, want 2 ($(cat err.txt))"
-  [[ $(wc -l <err.txt) -eq 1 ]] || fail "kiln generate $*: want one error line, got: $(cat err.txt)"
-  grep -qF -- "$want" err.txt || fail "kiln generate $*: want '$want' in: $(cat err.txt)"
-}
 
 # A copy of the folder with one file broken at a time.
 broken() {  # FILE HOW (rm | truncate | garble)
