@@ -66,6 +66,30 @@ TEST_P(ReferenceModel, EagerMatchesPyTorch) {
     expect_matches_pytorch("eager", graph.outputs()[i]->name, (*outputs)[i].view());
 }
 
+// The FLOP count (node_flops, runtime/profile.h) is the same before and after fusion: every
+// MatMul, Conv and attention the exporter wrote is counted once, whichever
+// kernel runs it.
+TEST_P(ReferenceModel, FusionKeepsTheFlopCount) {
+  int64_t counts[2] = {0, 0};
+  for (int fused = 0; fused < 2; ++fused) {
+    Graph graph = load();
+    std::vector<std::pair<std::string, Shape>> signature;
+    for (const auto& [name, t] : inputs(graph)) signature.emplace_back(name, t.shape());
+    auto dims = input_dims(graph, signature);
+    ASSERT_TRUE(dims.ok()) << dims.status().message();
+    PassOptions passes;
+    if (!fused)
+      passes.disabled = {"fuse_layer_norm", "fuse_adaln", "fuse_gelu", "fuse_geglu", "fuse_silu",
+                         "fuse_group_norm", "fuse_attention", "fuse_linear", "fuse_conv"};
+    auto plan = Plan::compile(std::move(graph), {.dims = *dims, .passes = passes});
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    counts[fused] = (*plan)->stats().flops;
+  }
+  EXPECT_GT(counts[0], 0);
+  EXPECT_EQ(counts[0], counts[1]) << "unfused vs fused";
+  fmt::print("{}: {:.3f} MFLOP per forward\n", GetParam(), counts[1] / 1e6);
+}
+
 // The compiled plan (passes, arena, prepared kernels) on the same inputs,
 // run twice. The second run replays prepared kernels and allocates nothing
 // on the heap: not one step.

@@ -1,8 +1,9 @@
 // kiln bench MODEL: times execution modes side by side in one process, on
 // the same inputs, iterations interleaved (eager, graph, eager, graph, ...)
 // so drift on a shared machine hits every mode alike; reports medians, the
-// graph/eager ratio, the compiled plan's memory figures and its replay heap
-// allocations (counted by interposing malloc, see heap_counter/).
+// graph/eager ratio, FLOPs per forward and each mode's GFLOP/s, the compiled
+// plan's memory figures and its replay heap allocations (counted by
+// interposing malloc, see heap_counter/).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -147,9 +148,14 @@ Status bench(const BenchOptions& opt) {
   j["model"] = opt.model;
   j["signature"] = signature_of(inputs.tensors);
   j["iters"] = opt.iters;
+  // Roofline figures: the FLOPs of the matmuls, convolutions and attention
+  // (node_flops in runtime/profile.h) over each mode's median.
+  const int64_t flops = plan.stats().flops;
+  j["flops_per_forward"] = flops;
   for (const ModeTimes& t : times) {
     j["modes"][t.name]["ms_median"] = t.median();
     j["modes"][t.name]["ms_min"] = t.min();
+    j["modes"][t.name]["gflops_per_s"] = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
   }
   const ModeTimes* eager_t = nullptr;
   const ModeTimes* graph_t = nullptr;
@@ -181,8 +187,11 @@ Status bench(const BenchOptions& opt) {
     return ok_status();
   }
   fmt::print("{}  ({})\n", opt.model, j["signature"].get<std::string>());
-  fmt::print("{:<8}{:>14}{:>12}\n", "mode", "median ms", "min ms");
-  for (const ModeTimes& t : times) fmt::print("{:<8}{:>14.3f}{:>12.3f}\n", t.name, t.median(), t.min());
+  fmt::print("{:<8}{:>14}{:>12}{:>12}\n", "mode", "median ms", "min ms", "GFLOP/s");
+  for (const ModeTimes& t : times)
+    fmt::print("{:<8}{:>14.3f}{:>12.3f}{:>12.1f}\n", t.name, t.median(), t.min(),
+               j["modes"][t.name]["gflops_per_s"].get<double>());
+  fmt::print("{:.3f} GFLOP per forward (matmuls, convolutions, attention)\n", double(flops) / 1e9);
   if (j.contains("speedup_graph_vs_eager"))
     fmt::print("graph vs eager: {:.2f}x\n", j["speedup_graph_vs_eager"].get<double>());
   if (!auto_decision.empty()) fmt::print("{}\n", auto_decision);
