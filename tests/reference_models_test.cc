@@ -66,9 +66,9 @@ TEST_P(ReferenceModel, EagerMatchesPyTorch) {
     expect_matches_pytorch("eager", graph.outputs()[i]->name, (*outputs)[i].view());
 }
 
-// The FLOP count (node_flops, runtime/profile.h) is the same before and after fusion: every
-// MatMul, Conv and attention the exporter wrote is counted once, whichever
-// kernel runs it.
+// The FLOP count (node_flops, runtime/profile.h) is the same before and
+// after fusion: every MatMul, Conv and attention the exporter wrote is
+// counted once, whichever kernel runs it.
 TEST_P(ReferenceModel, FusionKeepsTheFlopCount) {
   int64_t counts[2] = {0, 0};
   for (int fused = 0; fused < 2; ++fused) {

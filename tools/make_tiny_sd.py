@@ -289,6 +289,15 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
     return np.stack(trajectory), image.numpy(), pixels
 
 
+def write_reference_case(folder, trajectory, pixels, case):
+    """One reference case as kiln's tests read it: case.json, the latents
+    after each step (trajectory.npy) and the image's bytes (pixels.npy)."""
+    os.makedirs(folder, exist_ok=True)
+    np.save(os.path.join(folder, "trajectory.npy"), trajectory.astype(np.float32))
+    np.save(os.path.join(folder, "pixels.npy"), pixels)
+    write_json(os.path.join(folder, "case.json"), case)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="tests/models/tiny-sd", help="output folder (default: tests/models/tiny-sd)")
@@ -313,17 +322,15 @@ def main():
         trajectory, _, pixels = generate(tokenizer, text, unet, decode, encoder, prompt, negative, seed, steps,
                                          guidance, scheduler, width, height, init, strength)
         folder = os.path.join(out, "reference", name)
-        os.makedirs(folder, exist_ok=True)
-        np.save(os.path.join(folder, "trajectory.npy"), trajectory.astype(np.float32))
-        np.save(os.path.join(folder, "pixels.npy"), pixels)
         case = {"prompt": prompt, "negative_prompt": negative, "seed": seed, "steps": steps,
                 "guidance_scale": guidance, "scheduler": scheduler, "width": width, "height": height}
         if init is not None:
+            os.makedirs(folder, exist_ok=True)
             write_png(os.path.join(folder, "init.png"), init)
             case.update(init_image="init.png", strength=strength)
         if tiled:
             case.update(vae_tiling=True)
-        write_json(os.path.join(folder, "case.json"), case)
+        write_reference_case(folder, trajectory, pixels, case)
         print(f"   {name}: final latent max|x| {np.abs(trajectory[-1]).max():.3f}, "
               f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
 

@@ -250,15 +250,9 @@ def write_reference(out, tokenizer, text, unet, decoder, encoder, scaling):
     for name, prompt, seed, scheduler in REFERENCE_CASES:
         trajectory, _, pixels = make_tiny_sd.generate(tokenizer, text, unet, decoder, encoder, prompt, "", seed, 20, 7.5,
                                                       scheduler, SIZE, SIZE, spec=spec)
-        folder = os.path.join(out, name)
-        os.makedirs(folder, exist_ok=True)
-        np.save(os.path.join(folder, "trajectory.npy"), trajectory.astype(np.float32))
-        np.save(os.path.join(folder, "pixels.npy"), pixels)
-        write_json(os.path.join(folder, "case.json"), {
+        make_tiny_sd.write_reference_case(os.path.join(out, name), trajectory, pixels, {
             "prompt": prompt, "negative_prompt": "", "seed": seed, "steps": 20, "guidance_scale": 7.5,
             "scheduler": scheduler, "width": SIZE, "height": SIZE})
-
-
 
 
 def export_pipeline(out, text, unet, decoder, encoder, scaling, vocab_size, recipe):

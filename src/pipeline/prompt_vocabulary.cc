@@ -14,11 +14,13 @@ namespace {
 
 constexpr size_t kMaxVocabularyBytes = 1 << 20;
 
-std::vector<std::string> split_words(std::string_view text) {
+// The runs of ASCII letters in `text`, lower-cased unless told not to.
+std::vector<std::string> split_words(std::string_view text, bool lower = true) {
   std::vector<std::string> words(1);
   for (char c : text) {
-    if (std::isalpha(static_cast<unsigned char>(c)))
-      words.back() += char(std::tolower(static_cast<unsigned char>(c)));
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalpha(u))
+      words.back() += lower ? char(std::tolower(u)) : c;
     else if (!words.back().empty())
       words.emplace_back();
   }
@@ -71,14 +73,12 @@ Result<std::optional<PromptVocabulary>> load_prompt_vocabulary(const std::string
   KILN_ASSIGN_OR_RETURN(v.examples, string_list(json.value("examples", nlohmann::json()), path, "examples"));
   const nlohmann::json parts = json.value("parts", nlohmann::json::object());
   if (!parts.is_object()) return invalid_argument("{}: \"parts\" must map names to lists of phrases", path);
-  // In the grammar's order: its upper-case words name the parts.
-  for (const std::string& name : split_words(v.grammar)) {
-    std::string upper;
-    for (char c : name) upper += char(std::toupper(static_cast<unsigned char>(c)));
-    if (!parts.contains(upper) || v.grammar.find(upper) == std::string::npos) continue;
-    if (std::any_of(v.parts.begin(), v.parts.end(), [&](const auto& p) { return p.first == upper; })) continue;
-    KILN_ASSIGN_OR_RETURN(auto phrases, string_list(parts[upper], path, upper.c_str()));
-    v.parts.emplace_back(upper, std::move(phrases));
+  // In the grammar's order: the words of the grammar that name a part.
+  for (const std::string& name : split_words(v.grammar, /*lower=*/false)) {
+    if (!parts.contains(name)) continue;
+    if (std::any_of(v.parts.begin(), v.parts.end(), [&](const auto& p) { return p.first == name; })) continue;
+    KILN_ASSIGN_OR_RETURN(auto phrases, string_list(parts[name], path, name.c_str()));
+    v.parts.emplace_back(name, std::move(phrases));
   }
   return std::optional<PromptVocabulary>(std::move(v));
 }
