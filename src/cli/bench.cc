@@ -16,6 +16,7 @@
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
 #include "heap_counter/heap_counter.h"
+#include "kernels/cpu/matmul_peak.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -31,6 +32,7 @@ struct BenchOptions {
   int warmup = 2;
   bool json = false;
   bool safe_output = false;
+  bool peak = true;
   std::string fusion_switch;
 };
 
@@ -150,12 +152,20 @@ Status bench(const BenchOptions& opt) {
   j["iters"] = opt.iters;
   // Roofline figures: the FLOPs of the matmuls, convolutions and attention
   // (node_flops in runtime/profile.h) over each mode's median.
+  // Peak: oneDNN's own matmul on this machine (kernels/cpu/matmul_peak.h).
   const int64_t flops = plan.stats().flops;
   j["flops_per_forward"] = flops;
+  MatmulPeak peak;
+  if (opt.peak) {
+    KILN_ASSIGN_OR_RETURN(peak, matmul_peak(DType::kF32, default_peak_cache_path()));
+    j["peak"] = {{"dtype", "f32"}, {"gflops_per_s", peak.gflops_per_s}, {"cached", peak.cached}, {"machine", peak.key}};
+  }
   for (const ModeTimes& t : times) {
+    const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();
     j["modes"][t.name]["ms_min"] = t.min();
-    j["modes"][t.name]["gflops_per_s"] = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
+    j["modes"][t.name]["gflops_per_s"] = gflops;
+    if (opt.peak) j["modes"][t.name]["percent_of_peak"] = 100 * gflops / peak.gflops_per_s;
   }
   const ModeTimes* eager_t = nullptr;
   const ModeTimes* graph_t = nullptr;
@@ -187,11 +197,17 @@ Status bench(const BenchOptions& opt) {
     return ok_status();
   }
   fmt::print("{}  ({})\n", opt.model, j["signature"].get<std::string>());
-  fmt::print("{:<8}{:>14}{:>12}{:>12}\n", "mode", "median ms", "min ms", "GFLOP/s");
-  for (const ModeTimes& t : times)
-    fmt::print("{:<8}{:>14.3f}{:>12.3f}{:>12.1f}\n", t.name, t.median(), t.min(),
-               j["modes"][t.name]["gflops_per_s"].get<double>());
+  fmt::print("{:<8}{:>14}{:>12}{:>12}{}\n", "mode", "median ms", "min ms", "GFLOP/s", opt.peak ? "  % of peak" : "");
+  for (const ModeTimes& t : times) {
+    const auto& m = j["modes"][t.name];
+    fmt::print("{:<8}{:>14.3f}{:>12.3f}{:>12.1f}", t.name, t.median(), t.min(), m["gflops_per_s"].get<double>());
+    if (opt.peak) fmt::print("{:>11.1f}", m["percent_of_peak"].get<double>());
+    fmt::print("\n");
+  }
   fmt::print("{:.3f} GFLOP per forward (matmuls, convolutions, attention)\n", double(flops) / 1e9);
+  if (opt.peak)
+    fmt::print("peak: oneDNN f32 matmul at {:.1f} GFLOP/s on this machine ({})\n", peak.gflops_per_s,
+               peak.cached ? "cached in " + default_peak_cache_path() : "measured now");
   if (j.contains("speedup_graph_vs_eager"))
     fmt::print("graph vs eager: {:.2f}x\n", j["speedup_graph_vs_eager"].get<double>());
   if (!auto_decision.empty()) fmt::print("{}\n", auto_decision);
@@ -216,6 +232,7 @@ Handler add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", opt->warmup, "untimed runs per mode first")->default_val(2);
   cmd->add_flag("--json", opt->json, "print one JSON object with every figure");
   cmd->add_flag("--safe-output", opt->safe_output, "copy graph-mode outputs after each run (and count the bytes)");
+  cmd->add_flag("!--no-peak", opt->peak, "skip the matmul peak (measured once per machine, then cached)");
   cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
   return [opt]() { return bench(*opt); };
 }

@@ -6,12 +6,15 @@
 set -euo pipefail
 kiln=$(realpath "$1")
 model="$(dirname "${BASH_SOURCE[0]}")/../models/dit_tiny/model.onnx"
+# The matmul peak is measured into this cache, not the user's.
+export KILN_CACHE_DIR=$(mktemp -d)
+trap 'rm -rf "$KILN_CACHE_DIR"' EXIT
 
 json=$("$kiln" bench "$model" --dim batch=2 --modes eager,graph,auto --iters 3 --warmup 1 --json)
 missing=0
 for key in model signature modes eager graph auto ms_median ms_min speedup_graph_vs_eager \
   replay_heap_allocations input_copy_bytes output_clone_bytes arena_bytes naive_bytes \
-  eager_peak_bytes lower_bound_bytes fusions fuse_layer_norm auto_decision flops_per_forward gflops_per_s; do
+  eager_peak_bytes lower_bound_bytes fusions fuse_layer_norm auto_decision flops_per_forward gflops_per_s peak percent_of_peak; do
   if ! grep -q "\"$key\":" <<<"$json"; then
     echo "FAIL: no \"$key\" in kiln bench --json output" >&2
     missing=1
@@ -24,6 +27,18 @@ fi
 grep -q '"flops_per_forward": [1-9]' <<<"$json" || { echo "FAIL: flops_per_forward is not positive" >&2; exit 1; }
 grep -q '"input_copy_bytes": 0,' <<<"$json" || { echo "FAIL: input_copy_bytes is not 0" >&2; exit 1; }
 grep -q '"output_clone_bytes": 0,' <<<"$json" || { echo "FAIL: output_clone_bytes is not 0" >&2; exit 1; }
+# The peak was measured by the first bench and cached; a second one reads it,
+# a malformed cache is measured over, and --no-peak leaves it out.
+grep -q '"cached": false' <<<"$json" || { echo "FAIL: the first bench did not measure the peak" >&2; exit 1; }
+grep -q '"gflops_per_s": [1-9]' <<<"$json" || { echo "FAIL: the peak is not positive" >&2; exit 1; }
+cached=$("$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json)
+grep -q '"cached": true' <<<"$cached" || { echo "FAIL: the second bench did not read the cached peak" >&2; exit 1; }
+echo 'not json' >"$KILN_CACHE_DIR/matmul-peak.json"
+"$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json | grep -q '"cached": false' ||
+  { echo "FAIL: a malformed peak cache was not measured over" >&2; exit 1; }
+grep -q '"f32": [1-9]' "$KILN_CACHE_DIR/matmul-peak.json" || { echo "FAIL: the peak cache was not rewritten" >&2; exit 1; }
+"$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json --no-peak | grep -q '"peak"' &&
+  { echo "FAIL: --no-peak still reports a peak" >&2; exit 1; }
 clone=$("$kiln" bench "$model" --dim batch=2 --iters 2 --warmup 0 --json --safe-output)
 # --safe-output copies the [2,4,8,8] f32 output after every run.
 grep -q '"output_clone_bytes": 2048,' <<<"$clone" || { echo "FAIL: --safe-output clone bytes" >&2; echo "$clone" >&2; exit 1; }
