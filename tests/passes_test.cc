@@ -103,6 +103,63 @@ TEST(Passes, FusionSwitchFileTurnsPassesOff) {
   fs::remove(path);
 }
 
+// --precision bf16 marks the products; a policy file overrides per op and per
+// node, a node name also covering the nodes fused from it ("_linear") and the
+// module inside it ("/blocks.0/..."), the longest name winning.
+Graph named_nodes_graph() {
+  Graph g;
+  g.opset = 17;
+  Value* x = g.add_input("x", DType::kF32, SymShape{Dim(2), Dim(3)});
+  std::vector<Value*> v;
+  for (int i = 0; i < 5; ++i) v.push_back(g.add_value("v" + std::to_string(i)));
+  g.add_node(OpKind::kMatMul, "/blocks.0/attn/MatMul", {x, x}, {v[0]});
+  g.add_node(OpKind::kMatMul, "/blocks.0/mlp/MatMul_linear", {x, x}, {v[1]});
+  g.add_node(OpKind::kMatMul, "/blocks.1/mlp/MatMul", {x, x}, {v[2]});
+  g.add_node(OpKind::kSoftmax, "/blocks.1/Softmax", {x}, {v[3]});
+  g.add_node(OpKind::kConv, "/conv", {x, x}, {v[4]});
+  return g;
+}
+
+TEST(Passes, PrecisionPolicyMarksNodes) {
+  auto marked = [&](Graph& graph) {
+    std::string names;
+    for (const auto& n : graph.nodes())
+      if (computes_in_bf16(*n)) names += n->name + " ";
+    return names;
+  };
+
+  Graph all = named_nodes_graph();
+  auto bf16 = precision_policy("bf16", "");
+  ASSERT_TRUE(bf16.ok());
+  ASSERT_TRUE(assign_precision(all, *bf16, nullptr).ok());
+  EXPECT_EQ(marked(all), "/blocks.0/attn/MatMul /blocks.0/mlp/MatMul_linear /blocks.1/mlp/MatMul /conv ");
+
+  fs::path path = fs::temp_directory_path() / "kiln_policy_test.json";
+  std::ofstream(path) << R"({"ops": {"Conv": "f32"}, "nodes": {"/blocks.0": "f32", "/blocks.0/mlp/MatMul": "bf16"}})";
+  auto policy = precision_policy("bf16", path.string());
+  ASSERT_TRUE(policy.ok()) << policy.status().message();
+  Graph some = named_nodes_graph();
+  PassStats stats;
+  ASSERT_TRUE(assign_precision(some, *policy, &stats).ok());
+  EXPECT_EQ(marked(some), "/blocks.0/mlp/MatMul_linear /blocks.1/mlp/MatMul ");
+  EXPECT_EQ(stats.counts["assign_precision"], 2);
+
+  std::ofstream(path) << R"({"default": "f32", "nodes": {"/blocks.1": "bf16"}})";
+  auto scoped = precision_policy("bf16", path.string());
+  ASSERT_TRUE(scoped.ok()) << scoped.status().message();
+  Graph one = named_nodes_graph();
+  ASSERT_TRUE(assign_precision(one, *scoped, nullptr).ok());
+  EXPECT_EQ(marked(one), "/blocks.1/mlp/MatMul ") << "Softmax has no bf16 kernel: never marked";
+
+  std::ofstream(path) << R"({"nodes": {"/blocks.2": "f32", "/blocks.1": "f32"}})";
+  auto missing = precision_policy("f32", path.string());
+  ASSERT_TRUE(missing.ok());
+  Graph none = named_nodes_graph();
+  Status s = assign_precision(none, *missing, nullptr);
+  EXPECT_NE(s.message().find("names node '/blocks.2'"), std::string::npos) << s.message();
+  fs::remove(path);
+}
+
 TEST(Passes, SpecializeShapesNamesUnknownAndMissingDims) {
   Graph g;
   g.add_input("x", DType::kF32, SymShape{Dim::named("batch"), Dim(3)});

@@ -347,6 +347,27 @@ def build_cases():
     case("bench relu.onnx --input x=npy_wrong_shape.npy",
          "relu.onnx: input 'x' (npy_wrong_shape.npy) must have shape [2,3], got [3]", "bench with a wrong input")
 
+    # --- the precision flags (--precision, --precision-policy FILE)
+    case("run relu.onnx --precision fp8", "--precision: unknown precision 'fp8' (f32, bf16)", "an unknown precision")
+    def policy_case(name, text, expect, why, command="run"):
+        add_file(name, text.encode())
+        case(f"{command} relu.onnx --precision-policy {name}", expect, why)
+    policy_case("policy_not_json.json", '{"ops": ', "policy_not_json.json: a precision policy is a JSON object",
+                "a policy file that is not JSON")
+    policy_case("policy_bad_dtype.json", '{"default": "fp16"}',
+                'policy_bad_dtype.json: "default": a precision is "f32" or "bf16", got "fp16"',
+                "a policy naming a dtype kiln lacks")
+    policy_case("policy_unknown_op.json", '{"ops": {"Convolution": "bf16"}}',
+                "policy_unknown_op.json: \"ops\": unknown op 'Convolution'", "a policy naming an op that does not exist")
+    policy_case("policy_no_bf16_kernel.json", '{"ops": {"Softmax": "bf16"}}',
+                'policy_no_bf16_kernel.json: "ops": Softmax has no bf16 kernel', "bf16 for an op with no bf16 kernel",
+                command="bench")
+    policy_case("policy_unknown_key.json", '{"op": {"Conv": "f32"}}',
+                'policy_unknown_key.json: "op": unknown key (default, ops, nodes)', "a misspelt key")
+    policy_case("policy_unknown_node.json", '{"nodes": {"/no/such/node": "f32"}}',
+                "the precision policy names node '/no/such/node', which the model does not have",
+                "a policy naming a node the model lacks", command="show --optimize")
+
     # --- safetensors, given as MODEL: kiln validates the file, then says it
     # holds weights only. `kiln show` lists a weights file's tensors.
     def st_case(name, data, expect, why, command="run"):

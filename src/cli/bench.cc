@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
+#include "cli/pass_flags.h"
 #include "heap_counter/heap_counter.h"
 #include "kernels/cpu/matmul_peak.h"
 #include "runtime/model_runner.h"
@@ -33,7 +35,7 @@ struct BenchOptions {
   bool json = false;
   bool safe_output = false;
   bool peak = true;
-  std::string fusion_switch;
+  PassFlags pass_flags;
 };
 
 struct ModeTimes {
@@ -72,9 +74,9 @@ Status bench(const BenchOptions& opt) {
   if (opt.iters < 1) return invalid_argument("--iters must be at least 1, got {}", opt.iters);
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> modes, parse_modes(opt.modes));
-  PassOptions passes;
-  if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(passes, pass_options_from_json(opt.fusion_switch)); }
+  KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
   KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model));
+  if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, opt.model, opt.inputs, opt.dims, opt.seed));
   EagerExecutor eager(graph);
   if (Status s = eager.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
@@ -155,17 +157,25 @@ Status bench(const BenchOptions& opt) {
   // Peak: oneDNN's own matmul on this machine (kernels/cpu/matmul_peak.h).
   const int64_t flops = plan.stats().flops;
   j["flops_per_forward"] = flops;
-  MatmulPeak peak;
+  // The peak of the dtype the products run in (a mixed policy: bf16 if any
+  // do); none where oneDNN cannot time that dtype (bf16 without AVX-512).
+  std::optional<MatmulPeak> peak;
+  const DType peak_dtype = plan.stats().passes.counts.count("assign_precision") ? DType::kBF16 : DType::kF32;
   if (opt.peak) {
-    KILN_ASSIGN_OR_RETURN(peak, matmul_peak(DType::kF32, default_peak_cache_path()));
-    j["peak"] = {{"dtype", "f32"}, {"gflops_per_s", peak.gflops_per_s}, {"cached", peak.cached}, {"machine", peak.key}};
+    auto measured = matmul_peak(peak_dtype, default_peak_cache_path());
+    if (!measured.ok() && measured.status().code() != StatusCode::kUnsupported) return measured.status();
+    if (!measured.ok()) fmt::print(stderr, "kiln: note: no peak: {}\n", measured.status().message());
+    if (measured.ok()) peak = *measured;
   }
+  if (peak)
+    j["peak"] = {{"dtype", dtype_name(peak_dtype)}, {"gflops_per_s", peak->gflops_per_s}, {"cached", peak->cached},
+                 {"machine", peak->key}};
   for (const ModeTimes& t : times) {
     const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();
     j["modes"][t.name]["ms_min"] = t.min();
     j["modes"][t.name]["gflops_per_s"] = gflops;
-    if (opt.peak) j["modes"][t.name]["percent_of_peak"] = 100 * gflops / peak.gflops_per_s;
+    if (peak) j["modes"][t.name]["percent_of_peak"] = 100 * gflops / peak->gflops_per_s;
   }
   const ModeTimes* eager_t = nullptr;
   const ModeTimes* graph_t = nullptr;
@@ -197,17 +207,17 @@ Status bench(const BenchOptions& opt) {
     return ok_status();
   }
   fmt::print("{}  ({})\n", opt.model, j["signature"].get<std::string>());
-  fmt::print("{:<8}{:>14}{:>12}{:>12}{}\n", "mode", "median ms", "min ms", "GFLOP/s", opt.peak ? "  % of peak" : "");
+  fmt::print("{:<8}{:>14}{:>12}{:>12}{}\n", "mode", "median ms", "min ms", "GFLOP/s", peak ? "  % of peak" : "");
   for (const ModeTimes& t : times) {
     const auto& m = j["modes"][t.name];
     fmt::print("{:<8}{:>14.3f}{:>12.3f}{:>12.1f}", t.name, t.median(), t.min(), m["gflops_per_s"].get<double>());
-    if (opt.peak) fmt::print("{:>11.1f}", m["percent_of_peak"].get<double>());
+    if (peak) fmt::print("{:>11.1f}", m["percent_of_peak"].get<double>());
     fmt::print("\n");
   }
   fmt::print("{:.3f} GFLOP per forward (matmuls, convolutions, attention)\n", double(flops) / 1e9);
-  if (opt.peak)
-    fmt::print("peak: oneDNN f32 matmul at {:.1f} GFLOP/s on this machine ({})\n", peak.gflops_per_s,
-               peak.cached ? "cached in " + default_peak_cache_path() : "measured now");
+  if (peak)
+    fmt::print("peak: oneDNN {} matmul at {:.1f} GFLOP/s on this machine ({})\n", dtype_name(peak_dtype),
+               peak->gflops_per_s, peak->cached ? "cached in " + default_peak_cache_path() : "measured now");
   if (j.contains("speedup_graph_vs_eager"))
     fmt::print("graph vs eager: {:.2f}x\n", j["speedup_graph_vs_eager"].get<double>());
   if (!auto_decision.empty()) fmt::print("{}\n", auto_decision);
@@ -233,7 +243,7 @@ Handler add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "print one JSON object with every figure");
   cmd->add_flag("--safe-output", opt->safe_output, "copy graph-mode outputs after each run (and count the bytes)");
   cmd->add_flag("!--no-peak", opt->peak, "skip the matmul peak (measured once per machine, then cached)");
-  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  add_pass_flags(cmd, opt->pass_flags);
   return [opt]() { return bench(*opt); };
 }
 

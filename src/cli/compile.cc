@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "cli/pass_flags.h"
 #include "cli/plan_files.h"
 
 namespace kiln::cli {
@@ -16,15 +17,15 @@ namespace {
 struct CompileOptions {
   std::string model;
   std::vector<std::string> dims;
-  std::string fusion_switch;
+  PassFlags pass_flags;
   std::string output;
 };
 
 Status compile(const CompileOptions& opt) {
   KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
-  PassOptions passes;
-  if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(passes, pass_options_from_json(opt.fusion_switch)); }
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, compile_to_file(opt.model, dims, passes, opt.output));
+  KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                        compile_to_file(opt.model, dims, passes, opt.pass_flags.precision, opt.output));
   const PlanStats& st = plan->stats();
   fmt::print("{}: {} nodes, {} steps, arena {:.2f} MiB, compiled in {:.0f} ms\n", opt.model, st.nodes, st.steps,
              double(st.arena_bytes) / (1 << 20), st.compile_ms);
@@ -32,6 +33,8 @@ Status compile(const CompileOptions& opt) {
   for (const auto& [pass, count] : st.passes.counts)
     if (count && pass.starts_with("fuse_")) fusions += fmt::format("{}{} {}", fusions.empty() ? "" : ", ", pass, count);
   if (!fusions.empty()) fmt::print("fusions: {}\n", fusions);
+  if (auto bf16 = st.passes.counts.find("assign_precision"); bf16 != st.passes.counts.end())
+    fmt::print("precision: bf16 products in {} nodes, f32 elsewhere\n", bf16->second);
   fmt::print("written to {} ({:.2f} MiB)\n", opt.output, double(std::filesystem::file_size(opt.output)) / (1 << 20));
   return ok_status();
 }
@@ -43,7 +46,7 @@ Handler add_compile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("compile", "Compile a model for fixed input shapes into a .kplan file");
   cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (each one needs a size)");
-  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  add_pass_flags(cmd, opt->pass_flags);
   cmd->add_option("--output,-o", opt->output, "the .kplan file to write")->required();
   return [opt]() { return compile(*opt); };
 }

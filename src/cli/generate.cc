@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/pass_flags.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/png.h"
 #include "pipeline/prompt_vocabulary.h"
@@ -19,6 +20,7 @@ namespace kiln::cli {
 namespace {
 
 struct GenerateFlags {
+  PassFlags pass_flags;
   std::string model, negative_prompt, output = "out.png";
   std::vector<std::string> prompts;
   int grid = 0;
@@ -66,8 +68,9 @@ class Progress {
   std::chrono::steady_clock::time_point start_, second_;
 };
 
-Result<PipelineOptions> pipeline_options(const std::string& mode, bool quiet) {
+Result<PipelineOptions> pipeline_options(const std::string& mode, bool quiet, const PassFlags& pass_flags) {
   PipelineOptions options;
+  KILN_ASSIGN_OR_RETURN(options.passes, pass_options(pass_flags));
   if (mode == "graph-loop") {
     options.whole_loop = true;
   } else {
@@ -171,7 +174,7 @@ Status generate(const GenerateFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   KILN_CHECK_ARG(f.steps >= 1, "--steps must be at least 1, got {}", f.steps);
   KILN_CHECK_ARG(!f.prompts.empty(), "--prompt is required");
-  KILN_ASSIGN_OR_RETURN(PipelineOptions options, pipeline_options(f.mode, f.quiet));
+  KILN_ASSIGN_OR_RETURN(PipelineOptions options, pipeline_options(f.mode, f.quiet, f.pass_flags));
   const std::filesystem::path out_dir = std::filesystem::path(f.output).parent_path();
   if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
     return not_found("-o {}: the folder {} does not exist", f.output, out_dir.string());
@@ -289,6 +292,7 @@ Handler add_generate_command(CLI::App& app) {
                   "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
                   "loop as one plan, one call) | auto (times a step each way, keeps the fastest and says which)")
       ->default_val("graph-loop");
+  add_pass_flags(cmd, f->pass_flags);
   cmd->add_flag("--quiet,-q", f->quiet, "print nothing but errors (and --profile)");
   cmd->add_flag("--profile", f->profile, "print the time of each stage and the host overhead per denoise step");
   cmd->footer([]() {

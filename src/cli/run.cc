@@ -11,6 +11,7 @@
 #include "npy/npy.h"
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
+#include "cli/pass_flags.h"
 #include "cli/plan_files.h"
 #include "core/mapped_file.h"
 #include "runtime/model_runner.h"
@@ -26,7 +27,7 @@ struct RunOptions {
   std::string output_dir;
   uint64_t seed = 0;
   std::string mode = "graph";
-  std::string fusion_switch;
+  PassFlags pass_flags;
   bool reference = false;
   bool op_times = false;
   bool profile = false;
@@ -102,9 +103,10 @@ Status report_outputs(const RunOptions& opt, const Values& names, const std::vec
 
 // A .kplan: already compiled for one signature, so graph mode only.
 Status run_plan_file(const RunOptions& opt) {
-  if (opt.mode != "graph" || opt.reference || !opt.fusion_switch.empty() || !opt.dims.empty())
-    return invalid_argument("{}: a .kplan runs as compiled (graph mode, fixed shapes): give the ONNX model for "
-                            "--mode, --reference, --fusion-switch or --dim", opt.model);
+  if (opt.mode != "graph" || opt.reference || !opt.pass_flags.fusion_switch.empty() || !opt.dims.empty() ||
+      opt.pass_flags.precision != "f32" || !opt.pass_flags.precision_policy.empty())
+    return invalid_argument("{}: a .kplan runs as compiled (graph mode, fixed shapes, its precision): give the ONNX "
+                            "model for --mode, --reference, --fusion-switch, --precision or --dim", opt.model);
   RunReport report{.mode = "graph", .plan_cache_hit = true, .plan_hits = 1};  // the on-disk cache
   auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, load_plan_file(opt.model));
@@ -136,10 +138,12 @@ Status run_model(const RunOptions& opt) {
   if (looks_like_plan_file(opt.model)) return run_plan_file(opt);
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
+  KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, opt.model, opt.inputs, opt.dims, opt.seed));
   std::vector<Tensor> outputs;
   if (opt.reference || (opt.op_times && mode == ExecutionMode::kEager)) {
     if (mode != ExecutionMode::kEager) return invalid_argument("--reference runs the eager executor: add --mode eager");
+    if (Status s = assign_precision(g, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
     EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
     exec.set_op_timing(opt.op_times);
     if (Status s = exec.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
@@ -148,8 +152,7 @@ Status run_model(const RunOptions& opt) {
     outputs = std::move(run).value();
     if (opt.op_times) print_op_times(exec);
   } else {
-    RunnerOptions options{.mode = mode, .profile_steps = opt.op_times || !opt.trace.empty()};
-    if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(options.passes, pass_options_from_json(opt.fusion_switch)); }
+    RunnerOptions options{.mode = mode, .passes = passes, .profile_steps = opt.op_times || !opt.trace.empty()};
     options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
     KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create([&] { return load_model(opt.model); }, options));
     {
@@ -176,7 +179,7 @@ Handler add_run_command(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "seed for random inputs")->default_val(0);
   cmd->add_option("--mode", opt->mode, "eager | graph (a compiled plan) | auto (times both, keeps the faster)")
       ->default_val("graph");
-  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  add_pass_flags(cmd, opt->pass_flags);
   cmd->add_flag("--reference", opt->reference, "use the reference kernels (slow; for checking)");
   cmd->add_flag("--op-times", opt->op_times, "print time per op kind (to stderr)");
   cmd->add_flag("--profile", opt->profile, "print where the time went: compile, plan cache, bind, run, clone, GFLOP/s");

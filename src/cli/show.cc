@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "cli/pass_flags.h"
 #include "passes/pass.h"
 
 namespace kiln::cli {
@@ -14,7 +15,7 @@ struct ShowOptions {
   std::string model;
   std::vector<std::string> dims;
   bool optimize = false;
-  std::string fusion_switch;
+  PassFlags pass_flags;
 };
 
 Status show(const ShowOptions& opt) {
@@ -29,8 +30,7 @@ Status show(const ShowOptions& opt) {
     if (Status s = specialize_shapes(g, dims); !s.ok()) return s.with_context(opt.model);
   }
   if (opt.optimize) {
-    PassOptions options;
-    if (!opt.fusion_switch.empty()) { KILN_ASSIGN_OR_RETURN(options, pass_options_from_json(opt.fusion_switch)); }
+    KILN_ASSIGN_OR_RETURN(PassOptions options, pass_options(opt.pass_flags));
     PassStats stats;
     size_t before = g.nodes().size();
     if (Status s = run_passes(g, options, &stats); !s.ok()) return s.with_context(opt.model);
@@ -50,7 +50,7 @@ Handler add_show_command(CLI::App& app) {
   cmd->add_option("MODEL", opt->model, "ONNX model (.onnx), or a .safetensors/.npy file to list its tensors")->required();
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: fix a symbolic dimension (shapes are re-inferred)");
   cmd->add_flag("--optimize", opt->optimize, "show the graph after the pass pipeline (give every symbolic dim with --dim)");
-  cmd->add_option("--fusion-switch", opt->fusion_switch, "JSON file {\"pass\": true|false} turning passes off");
+  add_pass_flags(cmd, opt->pass_flags);
   return [opt]() { return show(*opt); };
 }
 

@@ -72,8 +72,30 @@ struct PassInfo {
 // The passes in the order they run.
 std::span<const PassInfo> pass_pipeline();
 
+// Which nodes compute in bf16 (matmul, convolution and attention with f32
+// accumulation; tensors stay f32): `compute` for every op that has a bf16
+// kernel, unless `ops` (by op) or `nodes` (by node name) says otherwise.
+struct PrecisionPolicy {
+  DType compute = DType::kF32;
+  std::map<OpKind, DType> ops;
+  std::map<std::string, DType> nodes;  // also matches nodes fused from it or inside it ("/blocks.0")
+};
+// `precision` ("f32" or "bf16") as the default, overridden by a JSON file
+// (when `policy_file` is not empty) of the form
+//   {"default": "bf16", "ops": {"Conv": "f32"}, "nodes": {"/blocks.0/attn": "f32"}}
+Result<PrecisionPolicy> precision_policy(std::string_view precision, const std::string& policy_file);
+
+// Marks each node the policy computes in bf16 (attribute kComputeDtypeAttr).
+// Runs last in run_passes, so fused nodes are marked; eager execution calls
+// it on the unfused graph. A policy naming a node the graph lacks is an error.
+inline constexpr std::string_view kComputeDtypeAttr = "compute_dtype";
+Status assign_precision(Graph& graph, const PrecisionPolicy& policy, PassStats* stats);
+// True when `node` is marked to compute in bf16 (allocates nothing).
+bool computes_in_bf16(const Node& node);
+
 struct PassOptions {
   std::set<std::string> disabled;  // pass names switched off
+  PrecisionPolicy precision;
 };
 // A fusion switch file: a JSON object {"<pass name>": true|false, ...};
 // unknown names are an error so a typo cannot silently leave a pass on.

@@ -47,6 +47,7 @@ Status run_passes(Graph& graph, const PassOptions& options, PassStats* stats) {
     if (options.disabled.count(p.name)) continue;
     if (Status s = p.fn(graph, stats); !s.ok()) return s.with_context(p.name);
   }
+  KILN_RETURN_IF_ERROR(assign_precision(graph, options.precision, stats));
   graph.compact();
   if (Status s = graph_verify(graph); !s.ok()) return internal_error("after passes: {}", s.message());
   return ok_status();

@@ -60,7 +60,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const std::string& path, Graph 
     }
     return onnx_import_file(path);
   };
-  return ModelRunner::create(load, {.mode = options.mode, .log = options.log});
+  return ModelRunner::create(load, {.mode = options.mode, .passes = options.passes, .log = options.log});
 }
 
 // An integer config field in [1, max]; `fallback` when absent.
@@ -275,7 +275,8 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
     // The latents, the x0 estimate and the counter change every step; what
     // reads only the prompt's context (cross-attention keys and values) is
     // computed once per generation.
-    KILN_ASSIGN_OR_RETURN(plan, Plan::compile(std::move(*loop), {.loop_carried = {"x", "x0_prev", "step"}}));
+    KILN_ASSIGN_OR_RETURN(plan, Plan::compile(std::move(*loop),
+                                                   {.passes = options_.passes, .loop_carried = {"x", "x0_prev", "step"}}));
     g.times.compile = ms_since(start);
     if (options_.log)
       options_.log(fmt::format("compiled the whole {}-step denoise loop into one plan: {} kernel calls a step "

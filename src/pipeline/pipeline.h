@@ -47,6 +47,9 @@ struct PipelineOptions {
   // mode kAuto, the first generation of each loop signature times one step
   // each way and keeps the faster.
   bool whole_loop = false;
+  // Passes switched off and the precision policy, for every model and the
+  // loop plan (bf16: the products in bf16; the scheduler and latents stay f32).
+  PassOptions passes;
   std::function<void(const std::string&)> log;  // decisions worth telling the user
 };
 

@@ -42,6 +42,8 @@ ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options, Graph graph)
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load());
+  // Eager mode runs the unfused graph in the same precision as the plans.
+  KILN_RETURN_IF_ERROR(assign_precision(graph, options.passes.precision, nullptr));
   return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(load), std::move(options), std::move(graph)));
 }
 

@@ -333,6 +333,7 @@ Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path, const Reco
   if (!key.ok()) return loaded.status();
   auto now = plan_key_for(key->model_path, key->signature, key->dims);
   if (!now.ok() || now->model_hash != key->model_hash) return loaded.status();
+  now->precision = key->precision;
   note(fmt::format("{}; recompiling from {}", loaded.status().message(), key->model_path));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, recompile(*key));
   KILN_RETURN_IF_ERROR(write_plan_file(path, *plan, *now));

@@ -17,6 +17,14 @@ grep -q "fuse_attention 6" compile.txt || fail "compile summary lacks the fusion
 "$kiln" run dit.kplan "${inputs[@]}" -o from_plan >/dev/null
 "$kiln" run "$models/dit_tiny/model.onnx" "${inputs[@]}" -o from_model >/dev/null
 cmp -s from_plan/out.npy from_model/out.npy || fail "the .kplan's output differs from the model's"
+# A bf16 plan keeps its precision in the file: the same outputs as running the
+# model with --precision bf16, and not f32's.
+"$kiln" compile "$models/dit_tiny/model.onnx" --dim batch=2 --precision bf16 -o bf16.kplan >compile.txt
+grep -q "precision: bf16" compile.txt || fail "compile summary lacks the precision: $(cat compile.txt)"
+"$kiln" run bf16.kplan "${inputs[@]}" -o bf16_plan >/dev/null
+"$kiln" run "$models/dit_tiny/model.onnx" --precision bf16 "${inputs[@]}" -o bf16_model >/dev/null
+cmp -s bf16_plan/out.npy bf16_model/out.npy || fail "the bf16 .kplan's output differs from the model's in bf16"
+cmp -s bf16_plan/out.npy from_model/out.npy && fail "the bf16 .kplan computed f32's output"
 
 expect_error() {  # FILE EXPECTED-SUBSTRING
   set +e

@@ -18,6 +18,7 @@ Tensor make_input(const InputSpec& spec, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> dist(spec.lo, spec.hi);
   for (int64_t i = 0; i < out.numel(); ++i) {
     double v = spec.values ? (*spec.values)[size_t(i) % spec.values->size()] : dist(rng);
+    if (spec.grid > 0) v = std::round(v / spec.grid) * spec.grid;
     dtype_visit(spec.dtype, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (std::is_same_v<T, f16>) out.data<f16>()[i] = f32_to_f16(float(v));
@@ -78,6 +79,8 @@ std::vector<Tensor> run_reference(const OpCase& c) {
   return out.ok() ? std::move(out).value() : std::vector<Tensor>{};
 }
 
+
+
 namespace {
 
 // The outputs of `b` compiled into a plan and run `runs` times (the first
@@ -102,6 +105,13 @@ Result<std::vector<Tensor>> run_plan(Built& b, int runs) {
 bool expect_close(const OpCase& c, const std::vector<Tensor>& ref, const std::vector<Tensor>& cpu);
 
 }  // namespace
+
+std::vector<Tensor> run_cpu(const OpCase& c, bool in_plan) {
+  Built b = build(c, in_plan);
+  auto out = in_plan ? run_plan(b, 3) : run(b, KernelSet::kCpu);
+  EXPECT_TRUE(out.ok()) << c.label << ": " << out.status().message();
+  return out.ok() ? std::move(out).value() : std::vector<Tensor>{};
+}
 
 bool check_op(const OpCase& c) {
   SCOPED_TRACE(c.label);

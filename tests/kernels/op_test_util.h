@@ -26,12 +26,17 @@ struct InputSpec {
   std::optional<std::vector<double>> values;  // exact contents, converted to dtype
   double lo = -2, hi = 2;                      // range for random contents
   bool absent = false;                         // an omitted optional input
+  double grid = 0;                             // random contents rounded to multiples of this (0: not)
 };
 
 inline InputSpec f32(Shape s, double lo = -2, double hi = 2) { return {DType::kF32, std::move(s), std::nullopt, lo, hi}; }
 inline InputSpec i64_values(Shape s, std::vector<double> v) { return {DType::kI64, std::move(s), std::move(v)}; }
 inline InputSpec i64_vec(std::vector<double> v) { Shape s{int64_t(v.size())}; return {DType::kI64, s, std::move(v)}; }
 inline InputSpec typed(DType d, Shape s, double lo = -2, double hi = 2) { return {d, std::move(s), std::nullopt, lo, hi}; }
+// f32 values that bf16 holds exactly (multiples of 1/32 in [-2, 2]: 7
+// significant bits), so a kernel computing in bf16 must match the f32
+// reference up to summation order.
+inline InputSpec bf16_exact(Shape s) { InputSpec i = f32(std::move(s)); i.grid = 1.0 / 32; return i; }
 inline InputSpec absent() { InputSpec s; s.absent = true; return s; }
 
 struct OpCase {
@@ -56,6 +61,9 @@ bool check_op_in_plan(const OpCase& c);
 // Runs only the reference kernels and returns the outputs (for tests that
 // check the reference itself against hand-computed values).
 std::vector<Tensor> run_reference(const OpCase& c);
+// Likewise the CPU kernels: eagerly, or replayed in a plan as
+// check_op_in_plan runs them.
+std::vector<Tensor> run_cpu(const OpCase& c, bool in_plan = false);
 
 // Attribute helpers for rows.
 Attributes attrs(std::initializer_list<std::pair<std::string, AttributeValue>> items);

@@ -24,10 +24,12 @@
 #include <unordered_map>
 
 #include "ir/infer/linalg.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
+#include "passes/pass.h"
 
 namespace kiln {
 
@@ -80,7 +82,9 @@ dnnl::primitive_attr user_scratchpad_attr() {
 // them at this run's buffers: no descriptor, primitive or memory object is
 // created again.
 struct DnnlReplay final : KernelState {
-  enum class Source { kInput, kOutput, kScratchpad, kOwned };
+  // kBf16Input: input `index` rounded to bf16 into scratch on every call (a
+  // node computing in bf16; its tensors are f32).
+  enum class Source { kInput, kOutput, kScratchpad, kOwned, kBf16Input };
   struct Arg {
     Source source;
     size_t index;  // input or output index
@@ -117,6 +121,23 @@ const DnnlReplay* replay_of(const KernelContext& ctx) {
   return ctx.state ? dynamic_cast<const DnnlReplay*>(ctx.state->get()) : nullptr;
 }
 
+// What a bf16 operand is stored as: bf16, or f32 rounded through bf16 where
+// oneDNN has no bf16 products (the same results, at f32 speed).
+memory::data_type bf16_storage() {
+  return onednn_has_bf16() ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// Input `index` rounded to bf16 into scratch, stored as bf16_storage().
+Result<void*> rounded_copy(KernelContext& ctx, size_t index) {
+  const TensorView& in = *ctx.input(index);
+  const bool native = onednn_has_bf16();
+  void* data = ctx.workspace->scratch(size_t(in.numel()) * (native ? sizeof(bf16) : sizeof(float)));
+  if (!data) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
+  if (native) round_to_bf16(in.as<float>(), static_cast<bf16*>(data), in.numel(), true);
+  else round_through_bf16(in.as<float>(), static_cast<float*>(data), in.numel(), true);
+  return data;
+}
+
 Status replay(KernelContext& ctx, const DnnlReplay& r) {
   for (const DnnlReplay::Arg& a : r.args) {
     void* data = nullptr;
@@ -128,6 +149,10 @@ Status replay(KernelContext& ctx, const DnnlReplay& r) {
         if (!data) return resource_exhausted("{}: no scratchpad", node_label(*ctx.node));
         break;
       case DnnlReplay::Source::kOwned: continue;
+      case DnnlReplay::Source::kBf16Input: {
+        KILN_ASSIGN_OR_RETURN(data, rounded_copy(ctx, a.index));
+        break;
+      }
     }
     if (dnnl_memory_set_data_handle(a.mem.get(), data) != dnnl_success)
       return internal_error("{}: oneDNN refused a buffer", node_label(*ctx.node));
@@ -175,11 +200,31 @@ void add_residual_arg(const KernelContext& ctx, const memory::desc& y, Args& arg
   args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, bind(ctx, y, ctx.input(3)->data));
 }
 
+// Input `index` rounded to bf16 (rounded_copy), seen through `dims` and
+// element `strides` (those of the f32 tensor): an operand of a node that
+// computes in bf16.
+Result<memory> bf16_input(KernelContext& ctx, size_t index, const Shape& dims, const Shape& strides) {
+  KILN_ASSIGN_OR_RETURN(void* data, rounded_copy(ctx, index));
+  return memory(memory::desc(dims, bf16_storage(), strides), ctx.cpu->engine, data);
+}
+
+// A constant weight is rounded and packed once by execute() when oneDNN
+// takes bf16 (the f32 weight reordered into a bf16 layout); without bf16
+// products it is rounded on every call, as any other operand.
+bool packs_bf16_weight(const KernelContext& ctx, size_t index) {
+  return onednn_has_bf16() && packs_weight(ctx, index);
+}
+
+// Which oneDNN arguments are bf16 copies of which inputs (bf16_input).
+using Bf16Inputs = std::vector<std::pair<int, size_t>>;
+
 // Runs `Primitive` built from `pd`, its scratchpad taken from the workspace.
 // On a plan step's first call it also pre-packs a constant weight the
-// primitive wants in another layout, and records the call for replay.
+// primitive wants in another layout (converting f32 to bf16 on the way when
+// the primitive computes in bf16), and records the call for replay.
 template <typename Primitive>
-Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd, Args args) {
+Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd, Args args,
+               const Bf16Inputs& bf16_inputs = {}) {
   Primitive primitive(pd);
   std::unique_ptr<DnnlReplay> record;
   if (recording(ctx)) record = std::make_unique<DnnlReplay>();
@@ -194,7 +239,9 @@ Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd,
     }
     for (const auto& [arg, mem] : args) {
       std::optional<DnnlReplay::Arg> source;
+      const auto bf16 = std::find_if(bf16_inputs.begin(), bf16_inputs.end(), [&](auto& b) { return b.first == arg; });
       if (arg == DNNL_ARG_WEIGHTS && packed_weights) source = {DnnlReplay::Source::kOwned, 0, mem};
+      else if (bf16 != bf16_inputs.end()) source = {DnnlReplay::Source::kBf16Input, bf16->second, mem};
       else source = arg_source(ctx, mem);
       if (!source) {
         record.reset();  // data from kernel scratch: not replayable
@@ -234,6 +281,41 @@ Status run_matmul(KernelContext& ctx, const memory::desc& a, const float* pa, co
   return execute<dnnl::matmul>(ctx, pd, {{DNNL_ARG_SRC, bind(ctx, a, pa)},
                                          {DNNL_ARG_WEIGHTS, bind(ctx, b, pb)},
                                          {DNNL_ARG_DST, bind(ctx, y, py)}});
+}
+
+// y = a x b (+ bias, then attr's post-ops) computed in bf16: inputs 0 (a)
+// and 1 (b) rounded to bf16, f32 accumulation, y f32 (plain, `y_dims`); a and
+// b are seen through dims and element strides over their f32 tensors, the
+// bias as one value per column. A constant b that a plan step records is
+// rounded and packed once, in the layout the primitive prefers.
+Status run_matmul_bf16(KernelContext& ctx, const Shape& a_dims, const Shape& a_strides, const Shape& b_dims,
+                       const Shape& b_strides, const Shape& y_dims, const TensorView* bias,
+                       const dnnl::primitive_attr& attr, Args args = {}) {
+  KILN_ASSIGN_OR_RETURN(memory a, bf16_input(ctx, 0, a_dims, a_strides));
+  Bf16Inputs rounded{{DNNL_ARG_SRC, 0}};
+  memory b;
+  memory::desc b_desc;
+  if (packs_bf16_weight(ctx, 1)) {  // f32 here; execute() rounds and packs it once
+    b = bind(ctx, strided_desc(b_dims, b_strides), ctx.input(1)->data);
+    b_desc = memory::desc(b_dims, memory::data_type::bf16, memory::format_tag::any);
+  } else {
+    KILN_ASSIGN_OR_RETURN(b, bf16_input(ctx, 1, b_dims, b_strides));
+    b_desc = b.get_desc();
+    rounded.push_back({DNNL_ARG_WEIGHTS, 1});
+  }
+  const memory::desc y = plain_desc(y_dims);
+  memory::desc bias_desc;
+  if (bias) {
+    Shape dims(y_dims.size(), 1);
+    dims.back() = y_dims.back();
+    bias_desc = plain_desc(dims);
+    args.emplace(DNNL_ARG_BIAS, bind(ctx, bias_desc, bias->data));
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a.get_desc(), b_desc, bias_desc, y), attr, ctx.cpu->engine);
+  args.emplace(DNNL_ARG_SRC, a);
+  args.emplace(DNNL_ARG_WEIGHTS, b);
+  args.emplace(DNNL_ARG_DST, bind(ctx, y, ctx.output(0)->data));
+  return execute<dnnl::matmul>(ctx, pd, std::move(args), rounded);
 }
 
 Result<float*> scratch_floats(KernelContext& ctx, int64_t count, std::string_view what) {
@@ -332,7 +414,32 @@ int64_t thread_slots() { return omp_get_max_threads(); }
 
 }  // namespace
 
+// MatMul computed in bf16 (run_matmul_bf16): A folded to rows when B is one
+// matrix, else one batched product with the batch dims broadcast.
+Status matmul_bf16(KernelContext& ctx, int64_t m, int64_t n, int64_t k) {
+  const TensorView &a = *ctx.input(0), &b = *ctx.input(1);
+  const TensorView& y = *ctx.output(0);
+  if (b.numel() == k * n) {
+    const int64_t rows = a.numel() / k;
+    return run_matmul_bf16(ctx, {rows, k}, {k, 1}, {k, n}, {n, 1}, {rows, n}, nullptr, user_scratchpad_attr());
+  }
+  // Batched; 1-D operands as a [1, k] row and a [k, 1] column.
+  auto padded = [&](const Shape& s, bool column) {
+    Shape d = s.size() == 1 ? (column ? Shape{s[0], 1} : Shape{1, s[0]}) : s;
+    d.insert(d.begin(), y.shape.size() + (a.rank() == 1 || b.rank() == 1) - d.size(), 1);
+    return d;
+  };
+  const Shape a_dims = padded(a.shape, false), b_dims = padded(b.shape, true);
+  Shape y_dims(a_dims.begin(), a_dims.end() - 2);
+  for (size_t d = 0; d < y_dims.size(); ++d) y_dims[d] = std::max(a_dims[d], b_dims[d]);
+  y_dims.push_back(m);
+  y_dims.push_back(n);
+  return run_matmul_bf16(ctx, a_dims, shape_strides(a_dims), b_dims, shape_strides(b_dims), y_dims, nullptr,
+                         user_scratchpad_attr());
+}
+
 Status cpu_MatMul(KernelContext& ctx) {
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   KILN_RETURN_IF_ERROR(require_f32(ctx));
   const TensorView &a = *ctx.input(0), &b = *ctx.input(1);
   TensorView& y = *ctx.output(0);
@@ -345,6 +452,7 @@ Status cpu_MatMul(KernelContext& ctx) {
     fill_zero(y);
     return ok_status();
   }
+  if (computes_in_bf16(*ctx.node)) return guard_dnnl(ctx, [&] { return matmul_bf16(ctx, m, n, k); });
   const float *pa = a.as<float>(), *pb = b.as<float>();
   float* py = y.as<float>();
   // B shared by every batch (a 2-D weight): fold A's batch into its rows,
@@ -421,6 +529,16 @@ Status cpu_Gemm(KernelContext& ctx) {
   if (k == 0) {  // no products: Y = beta * C
     if (!add_c) fill_zero(y);
     return ok_status();
+  }
+  if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f) {  // the products added to Y (a sum post-op)
+    if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
+    return guard_dnnl(ctx, [&] {
+      dnnl::primitive_attr attr = user_scratchpad_attr();
+      dnnl::post_ops sum;
+      if (add_c) sum.append_sum(1.0f);
+      attr.set_post_ops(sum);
+      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, trans_b ? Shape{1, k} : Shape{n, 1}, {m, n}, nullptr, attr);
+    });
   }
   const float* pa = a.as<float>();
   if (trans_a) {  // the GEMM reads A by rows: transpose it into scratch
@@ -600,7 +718,10 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
       std::tie(pad_l[d], pad_r[d]) = conv_pads(a, d, in, out);
     }
   }
-  if (!transpose && g == 1 && spatial <= 2) {  // kiln's GEMM
+  // In bf16 (never a ConvTranspose: assign_precision marks none), oneDNN's
+  // convolution with the input and weights rounded to bf16.
+  const bool bf16 = !transpose && computes_in_bf16(*ctx.node);
+  if (!transpose && !bf16 && g == 1 && spatial <= 2) {  // kiln's GEMM
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
     const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
@@ -637,12 +758,25 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   ws.insert(ws.end(), kernel_strides.begin(), kernel_strides.end());
 
   return guard_dnnl(ctx, [&] {
-    const memory::desc xd = plain_desc(x.shape), yd = plain_desc(window), wmd = strided_desc(wd, ws);
-    const memory::desc packed_wmd = weights_desc(ctx, 1, wmd);
+    memory::desc xd = plain_desc(x.shape), yd = plain_desc(window), wmd = strided_desc(wd, ws);
+    memory::desc packed_wmd = weights_desc(ctx, 1, wmd);
     const memory::desc bd = bias ? plain_desc(bias->shape) : memory::desc();
     Args args{{DNNL_ARG_SRC, bind(ctx, xd, x.data)},
               {DNNL_ARG_WEIGHTS, bind(ctx, wmd, w.data)},
               {DNNL_ARG_DST, bind(ctx, yd, dst)}};
+    Bf16Inputs rounded;
+    if (bf16) {
+      KILN_ASSIGN_OR_RETURN(args[DNNL_ARG_SRC], bf16_input(ctx, 0, x.shape, shape_strides(x.shape)));
+      rounded.push_back({DNNL_ARG_SRC, 0});
+      xd = args[DNNL_ARG_SRC].get_desc();
+      if (packs_bf16_weight(ctx, 1)) {  // f32 here; execute() rounds and packs it once
+        packed_wmd = memory::desc(wd, memory::data_type::bf16, memory::format_tag::any);
+      } else {
+        KILN_ASSIGN_OR_RETURN(args[DNNL_ARG_WEIGHTS], bf16_input(ctx, 1, wd, ws));
+        rounded.push_back({DNNL_ARG_WEIGHTS, 1});
+        packed_wmd = args[DNNL_ARG_WEIGHTS].get_desc();
+      }
+    }
     if (bias) args.emplace(DNNL_ARG_BIAS, bind(ctx, bd, bias->data));
     using Conv = dnnl::convolution_forward;
     using Deconv = dnnl::deconvolution_forward;
@@ -657,7 +791,7 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     } else {
       Conv::desc desc(inference, dnnl::algorithm::convolution_direct, xd, packed_wmd, bd, yd, strides,
                       dilates, pad_l, pad_r);
-      KILN_RETURN_IF_ERROR(execute<Conv>(ctx, {desc, attr, ctx.cpu->engine}, std::move(args)));
+      KILN_RETURN_IF_ERROR(execute<Conv>(ctx, {desc, attr, ctx.cpu->engine}, std::move(args), rounded));
     }
     if (windowed) copy_strided(dst, shape_strides(window), y.as<float>() + window_offset, y_strides, window);
     return ok_status();
@@ -879,12 +1013,23 @@ namespace kiln {
 // kiln.Linear: one GEMM, A folded to [M, K], the weight packed once, and the
 // bias, activation and residual applied to each tile while it is in cache.
 Status cpu_Linear(KernelContext& ctx) {
+  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   KILN_RETURN_IF_ERROR(require_f32(ctx));
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
   TensorView& y = *ctx.output(0);
   const int64_t k = w.shape[0], n = w.shape[1];
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
+  if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops
+    return guard_dnnl(ctx, [&] {
+      const int64_t m = a.numel() / k;
+      const memory::desc yd = plain_desc({m, n});
+      Args args;
+      add_residual_arg(ctx, yd, args);
+      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, {n, 1}, {m, n}, ctx.input(2), epilogue_attr(ctx, yd),
+                             std::move(args));
+    });
+  }
   KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, w.as<float>(), n, 1, k, n));
   gemm::multiply({a.numel() / k, n, k, a.as<float>(), k, packed, y.as<float>(), n}, fused_epilogue(ctx, false),
                  true);

@@ -1,0 +1,56 @@
+#include "kernels/cpu/bf16.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstring>
+
+#include "kernels/cpu/parallel.h"
+
+namespace kiln {
+
+namespace {
+
+// Branch-free, so the compiler vectorizes it; the same rounding as
+// f32_to_bf16 (core/dtype.h).
+inline uint16_t bf16_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
+}
+
+}  // namespace
+
+void round_to_bf16(const float* x, bf16* dst, int64_t n, bool parallel) {
+  parallel_ranges(n, parallel && n >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i].bits = bf16_bits(x[i]);
+  });
+}
+
+void round_through_bf16(const float* x, float* dst, int64_t n, bool parallel) {
+  parallel_ranges(n, parallel && n >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t bits = uint32_t(bf16_bits(x[i])) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    }
+  });
+}
+
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    try {
+      using dnnl::memory;
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const memory::desc a({16, 16}, memory::data_type::bf16, memory::format_tag::ab);
+      const memory::desc y({16, 16}, memory::data_type::f32, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, y), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+}  // namespace kiln

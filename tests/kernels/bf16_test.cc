@@ -1,0 +1,85 @@
+// Nodes marked to compute in bf16 (passes' assign_precision): MatMul, Gemm,
+// kiln.Linear, Conv and kiln.Conv round their operands to bf16 and accumulate
+// in f32. On inputs bf16 holds exactly they must match the f32 reference up
+// to summation order, eagerly and replayed in a plan (weights rounded and
+// packed once); on other inputs they must differ from f32 by bf16's rounding,
+// no more and no less.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+#include "passes/pass.h"
+
+namespace kiln::testing {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// The cases, their products marked bf16 or not, on inputs bf16 holds exactly
+// or on arbitrary ones.
+std::vector<OpCase> cases(bool bf16, bool exact) {
+  auto a = [&](std::initializer_list<std::pair<std::string, AttributeValue>> items) {
+    Attributes out = attrs(items);
+    if (bf16) out.set(std::string(kComputeDtypeAttr), std::string("bf16"));
+    return out;
+  };
+  auto x = [&](Shape s) { return exact ? bf16_exact(std::move(s)) : f32(std::move(s)); };
+  const Attributes conv3 = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
+  const Attributes conv3_gelu = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"activation", std::string("gelu")}});
+  return {
+      {"MatMul by a weight", OpKind::kMatMul, a({}), {x({2, 64, 32}), x({32, 48})}},
+      {"MatMul by a vector", OpKind::kMatMul, a({}), {x({3, 40}), x({40})}},
+      {"MatMul batched (attention scores)", OpKind::kMatMul, a({}), {x({2, 4, 16, 8}), x({2, 4, 8, 16})}},
+      {"MatMul batch broadcast both ways", OpKind::kMatMul, a({}), {x({2, 1, 3, 4}), x({1, 5, 4, 6})}},
+      {"MatMul vector x batched", OpKind::kMatMul, a({}), {x({4}), x({2, 4, 5})}},
+      {"Gemm transB with C", OpKind::kGemm, a({{"transB", int64_t(1)}}), {x({8, 32}), x({48, 32}), f32({48})}},
+      {"Gemm no C", OpKind::kGemm, a({}), {x({5, 24}), x({24, 7})}},
+      {"Gemm transA (f32: no bf16 path)", OpKind::kGemm, a({{"transA", int64_t(1)}}), {x({4, 3}), x({4, 5})}},
+      {"Linear gelu + residual", OpKind::kLinear, a({{"activation", std::string("gelu")}}),
+       {x({2, 64, 96}), x({96, 80}), f32({80}), f32({2, 64, 80})}},
+      {"Linear swish (QuickGELU)", OpKind::kLinear, a({{"activation", std::string("swish")}, {"alpha", 1.702f}}),
+       {x({9, 33}), x({33, 20}), f32({20})}},
+      {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({24, 16, 3, 3}), f32({24})}},
+      {"Conv stride 2 no bias", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}),
+       {x({1, 8, 11, 10}), x({8, 8, 3, 3})}},
+      {"Conv groups", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"group", int64_t(2)}}),
+       {x({1, 4, 6, 6}), x({6, 2, 3, 3}), f32({6})}},
+      {"Conv 1-d", OpKind::kConv, a({{"kernel_shape", Ints{3}}, {"pads", Ints{1, 1}}}),
+       {x({2, 3, 11}), x({4, 3, 3}), f32({4})}},
+      {"kiln.Conv gelu + residual", OpKind::kFusedConv, conv3_gelu,
+       {x({2, 8, 9, 9}), x({16, 8, 3, 3}), f32({16}), f32({2, 16, 9, 9})}},
+  };
+}
+
+TEST(Bf16, ExactInputsMatchTheF32Reference) {
+  for (OpCase c : cases(true, true)) {
+    c.tolerance = 1e-5;  // exact products, f32 sums in another order
+    check_op(c) && check_op_in_plan(c);
+  }
+}
+
+// On arbitrary inputs the error against f32 is that of rounding each operand
+// to bf16 (8 significant bits, relative 2^-9): over 1e-4 of the output's
+// scale (so the bf16 path ran) and under 2e-2; eagerly and in a plan.
+TEST(Bf16, ArbitraryInputsAreRounded) {
+  const std::vector<OpCase> bf16 = cases(true, false), f32 = cases(false, false);
+  for (size_t k = 0; k < 2 * bf16.size(); ++k) {
+    const bool in_plan = k >= bf16.size();
+    const OpCase& c = bf16[k % bf16.size()];
+    SCOPED_TRACE(c.label + (in_plan ? " (in a plan)" : ""));
+    const std::vector<Tensor> y = run_cpu(c, in_plan), want = run_cpu(f32[k % bf16.size()], in_plan);
+    ASSERT_EQ(y.size(), 1u);
+    ASSERT_EQ(want.size(), 1u);
+    double scale = 0, err = 0;
+    for (int64_t i = 0; i < want[0].numel(); ++i) {
+      scale = std::max(scale, std::abs(want[0].element_as_double(i)));
+      err = std::max(err, std::abs(want[0].element_as_double(i) - y[0].element_as_double(i)));
+    }
+    EXPECT_LT(err, 2e-2 * scale);
+    if (c.label.find("no bf16 path") == std::string::npos) EXPECT_GT(err, 1e-4 * scale);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
