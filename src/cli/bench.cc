@@ -140,12 +140,17 @@ Status bench(const BenchOptions& opt) {
   }
   if (progress) fmt::print(stderr, "\n");
 
-  // One profiled replay: where any remaining heap allocations come from.
+  // One profiled replay: where any remaining heap allocations come from, and
+  // where its time goes, per op kind.
   RunProfile profile;
+  for (const auto& [name, t] : inputs.tensors) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
   KILN_RETURN_IF_ERROR(plan.run(&profile));
   std::map<std::string, int64_t> allocations_by_op;
-  for (const StepProfile& step : profile.steps)
+  std::map<std::string, double> ms_by_op;  // where a graph run's time goes
+  for (const StepProfile& step : profile.steps) {
     if (step.heap_allocations > 0) allocations_by_op[std::string(op_name(step.node->op))] += step.heap_allocations;
+    ms_by_op[std::string(op_name(step.node->op))] += step.ms;
+  }
 
   const PlanStats& st = plan.stats();
   nlohmann::ordered_json j;
@@ -190,6 +195,7 @@ Status bench(const BenchOptions& opt) {
   else
     j["replay_heap_allocations"] = nullptr;  // no counter (sanitizer build)
   j["replay_heap_allocations_by_op"] = allocations_by_op;
+  j["profiled_replay_ms_by_op"] = ms_by_op;
   j["input_copy_bytes"] = 0;  // inputs are bound by pointer; Plan has no copy path for them
   j["output_clone_bytes"] = replay_runs ? output_clone_bytes / size_t(replay_runs) : 0;
   j["output_copy_bytes"] = plan.output_copy_bytes();

@@ -14,7 +14,7 @@ json=$("$kiln" bench "$model" --dim batch=2 --modes eager,graph,auto --iters 3 -
 missing=0
 for key in model signature modes eager graph auto ms_median ms_min speedup_graph_vs_eager \
   replay_heap_allocations input_copy_bytes output_clone_bytes arena_bytes naive_bytes \
-  eager_peak_bytes lower_bound_bytes fusions fuse_layer_norm auto_decision flops_per_forward gflops_per_s peak percent_of_peak; do
+  eager_peak_bytes lower_bound_bytes fusions fuse_layer_norm auto_decision flops_per_forward gflops_per_s peak percent_of_peak profiled_replay_ms_by_op; do
   if ! grep -q "\"$key\":" <<<"$json"; then
     echo "FAIL: no \"$key\" in kiln bench --json output" >&2
     missing=1

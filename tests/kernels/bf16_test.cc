@@ -18,12 +18,24 @@ using Ints = std::vector<int64_t>;
 
 // The cases, their products marked bf16 or not, on inputs bf16 holds exactly
 // or on arbitrary ones.
+std::vector<double> causal_mask(int64_t n) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) v.push_back(j > i ? -INFINITY : 0.0);
+  return v;
+}
+
+constexpr double kAttentionTolerance = 1e-2;
+
 std::vector<OpCase> cases(bool bf16, bool exact) {
   auto a = [&](std::initializer_list<std::pair<std::string, AttributeValue>> items) {
     Attributes out = attrs(items);
     if (bf16) out.set(std::string(kComputeDtypeAttr), std::string("bf16"));
     return out;
   };
+  // The perms fuse_attention gives Q, K, V of shape [B, S, H, Dh].
+  const Attributes bshd = a({{"scale", 0.25f}, {"q_perm", Ints{0, 2, 1, 3}}, {"k_perm", Ints{0, 2, 3, 1}},
+                             {"v_perm", Ints{0, 2, 1, 3}}, {"out_perm", Ints{0, 2, 1, 3}}});
   auto x = [&](Shape s) { return exact ? bf16_exact(std::move(s)) : f32(std::move(s)); };
   const Attributes conv3 = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
   const Attributes conv3_gelu = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"activation", std::string("gelu")}});
@@ -49,12 +61,23 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({2, 3, 11}), x({4, 3, 3}), f32({4})}},
       {"kiln.Conv gelu + residual", OpKind::kFusedConv, conv3_gelu,
        {x({2, 8, 9, 9}), x({16, 8, 3, 3}), f32({16}), f32({2, 16, 9, 9})}},
+      // Attention also rounds the probabilities to bf16 before P V: never
+      // exact (kAttentionTolerance). Sizes past one 128-row tile and one
+      // 512-key block, so short last tiles and online softmax are covered.
+      {"Attention bshd", OpKind::kAttention, bshd, {x({2, 40, 4, 16}), x({2, 40, 4, 16}), x({2, 40, 4, 16})}},
+      {"Attention rows and keys past a tile", OpKind::kAttention, bshd,
+       {x({1, 300, 2, 24}), x({1, 1100, 2, 24}), x({1, 1100, 2, 20})}},
+      {"Attention rank 3 with a mask", OpKind::kAttention, a({{"scale", 0.3f}}),
+       {x({3, 10, 8}), x({3, 8, 12}), x({3, 12, 5}), f32({10, 12}, -3, 3)}},
+      {"Attention causal", OpKind::kAttention, a({{"scale", 0.25f}}),
+       {x({1, 150, 16}), x({1, 16, 150}), x({1, 150, 16}),
+        {DType::kF32, {150, 150}, causal_mask(150)}}},
   };
 }
 
 TEST(Bf16, ExactInputsMatchTheF32Reference) {
   for (OpCase c : cases(true, true)) {
-    c.tolerance = 1e-5;  // exact products, f32 sums in another order
+    c.tolerance = c.op == OpKind::kAttention ? kAttentionTolerance : 1e-5;  // else exact products, f32 sums
     check_op(c) && check_op_in_plan(c);
   }
 }
@@ -77,7 +100,9 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
       err = std::max(err, std::abs(want[0].element_as_double(i) - y[0].element_as_double(i)));
     }
     EXPECT_LT(err, 2e-2 * scale);
-    if (c.label.find("no bf16 path") == std::string::npos) EXPECT_GT(err, 1e-4 * scale);
+    if (c.label.find("no bf16 path") == std::string::npos) {
+      EXPECT_GT(err, 1e-4 * scale);
+    }
   }
 }
 

@@ -11,9 +11,13 @@
 #include <algorithm>
 #include <array>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
+#include "passes/pass.h"
 
 namespace kiln {
 
@@ -95,18 +99,62 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
   return p;
 }
 
+// A plan step's bf16 kernel, built on its first call.
+struct Bf16AttentionState final : KernelState {
+  std::unique_ptr<Bf16Attention> kernel;
+};
+
+Status attention_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
+  Bf16Attention* kernel = nullptr;
+  std::unique_ptr<Bf16Attention> eager;
+  if (ctx.state && *ctx.state) {
+    kernel = static_cast<Bf16AttentionState*>(ctx.state->get())->kernel.get();
+  } else {
+    if (!ctx.cpu) return internal_error("{}: no CPU context", node_label(*ctx.node));
+    KILN_ASSIGN_OR_RETURN(eager, Bf16Attention::create(p, ctx.cpu->engine));
+    kernel = eager.get();
+    if (ctx.state) {
+      auto state = std::make_unique<Bf16AttentionState>();
+      state->kernel = std::move(eager);
+      *ctx.state = std::move(state);
+    }
+  }
+  void* scratch = ctx.workspace ? ctx.workspace->scratch(kernel->scratch_bytes()) : nullptr;
+  if (!scratch) return resource_exhausted("{}: no scratch for bf16 attention", node_label(*ctx.node));
+  if (Status s = kernel->run(p, scratch); !s.ok()) return s.with_context(node_label(*ctx.node));
+  return ok_status();
+}
+
+// Where oneDNN has no bf16 matmul: the f32 kernel on copies of Q, K and V
+// rounded through bf16.
+Status round_operands_through_bf16(KernelContext& ctx, attention_simd::Problem& p) {
+  const float** operands[] = {&p.q, &p.k, &p.v};
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorView& in = *ctx.input(i);
+    auto* copy = static_cast<float*>(ctx.workspace ? ctx.workspace->scratch(size_t(in.numel()) * 4) : nullptr);
+    if (!copy) return resource_exhausted("{}: no scratch for bf16 operands", node_label(*ctx.node));
+    round_through_bf16(in.as<float>(), copy, in.numel(), true);
+    *operands[i] = copy;
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status cpu_Attention(KernelContext& ctx) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i)
     if (ctx.input(i) && ctx.input(i)->dtype != DType::kF32)
       return ctx.unsupported_error("input {} has dtype {}", i, dtype_name(ctx.input(i)->dtype));
-  const attention_simd::Problem p = read_problem(ctx);
+  attention_simd::Problem p = read_problem(ctx);
   TensorView& y = *ctx.output(0);
   if (y.numel() == 0) return ok_status();
   if (p.sk == 0) {  // softmax over no keys weighs nothing: O = 0, as the unfused MatMul gives
     std::fill_n(p.y, y.numel(), 0.0f);
     return ok_status();
+  }
+  if (computes_in_bf16(*ctx.node)) {
+    if (onednn_has_bf16()) return attention_bf16(ctx, p);
+    KILN_RETURN_IF_ERROR(round_operands_through_bf16(ctx, p));
   }
   const bool parallel = double(p.b0 * p.b1 * p.sq) * double(p.sk) * double(p.d + p.dv) >= kParallelMinMacs;
   const int64_t slots = parallel ? omp_get_max_threads() : 1;

@@ -96,14 +96,15 @@ struct Running {
   V max[2], sum[2];
 };
 
-// The larger of `max` and the block's scores, per row; NaN where any is NaN
-// (Max alone may drop it), which WriteRows turns into a NaN row. A separate
-// NaN flag keeps Max's latency chain, the loop's bottleneck, short.
-HWY_INLINE V BlockMax(const float* s, int64_t keys, V max) {
+// The larger of `max` and `count` vectors of scores, s + j * step for j <
+// count, per lane; NaN where any is NaN (Max alone may drop it), which the
+// callers turn into a NaN row. A separate NaN flag keeps Max's latency chain,
+// the loop's bottleneck, short.
+HWY_INLINE V BlockMax(const float* s, int64_t count, int64_t step, V max) {
   const D d;
   auto nan = hn::IsNaN(max);
-  for (int64_t j = 0; j < keys; ++j) {
-    const V x = hn::Load(d, s + j * kRows);
+  for (int64_t j = 0; j < count; ++j) {
+    const V x = hn::LoadU(d, s + j * step);
     max = hn::Max(max, x);
     nan = hn::Or(nan, hn::IsNaN(x));
   }
@@ -117,7 +118,7 @@ void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) 
   const D d;
   for (int h = 0; h < 2; ++h) {
     float* s = st + h * kLanes;
-    const V max = BlockMax(s, keys, run.max[h]);
+    const V max = BlockMax(s, keys, kRows, run.max[h]);  // one vector per key
     // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
     const V shift = hn::IfThenZeroElse(hn::Eq(max, hn::Set(d, -kInf)), max);
     const V alpha = hn::Exp(d, hn::Sub(run.max[h], shift));
@@ -179,6 +180,30 @@ void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* s
   WriteRows(run, ot, rows, p.dv, at(p.y, p.y_stride) + row0 * p.y_stride[2], p.y_stride[2], p.y_stride[3]);
 }
 
+void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha) {
+  const D d;
+  const int64_t whole = keys / kLanes * kLanes;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = s + r * lds;
+    float m = hn::GetLane(hn::MaxOfLanes(d, BlockMax(x, whole / kLanes, kLanes, hn::Set(d, max[r]))));
+    for (int64_t j = whole; j < keys; ++j) m = std::isnan(x[j]) || std::isnan(m) ? x[j] + m : std::max(m, x[j]);
+    // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
+    const float shift = m == -kInf ? 0.0f : m;
+    const V vshift = hn::Set(d, shift);
+    V acc = hn::Zero(d);
+    for (int64_t j = 0; j < whole; j += kLanes) {
+      const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vshift));
+      hn::StoreU(e, d, x + j);
+      acc = hn::Add(acc, e);
+    }
+    float total = hn::GetLane(hn::SumOfLanes(d, acc));
+    for (int64_t j = whole; j < keys; ++j) total += x[j] = std::exp(x[j] - shift);
+    alpha[r] = std::exp(max[r] - shift);
+    sum[r] = sum[r] * alpha[r] + total;
+    max[r] = m;
+  }
+}
+
 void AttentionF32(const Problem& p, float* scratch, bool parallel) {
   const int64_t blocks = (p.sq + kRows - 1) / kRows;
   const int64_t slot = scratch_floats(p);
@@ -196,6 +221,11 @@ HWY_AFTER_NAMESPACE();
 namespace kiln::attention_simd {
 
 HWY_EXPORT(AttentionF32);
+HWY_EXPORT(OnlineSoftmaxRows);
+
+void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha) {
+  HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRows)(s, rows, keys, lds, max, sum, alpha);
+}
 
 void attention_f32(const Problem& p, float* scratch, bool parallel) {
   HWY_DYNAMIC_DISPATCH(AttentionF32)(p, scratch, parallel);

@@ -42,4 +42,12 @@ inline int64_t scratch_floats(const Problem& p) { return (p.d + kKeyBlock + p.dv
 // `parallel`, else one. Requires sk > 0.
 void attention_f32(const Problem& p, float* scratch, bool parallel);
 
+// One online-softmax step over a block of scores held row-major (bf16
+// attention's, attention_bf16.h): for each row r < rows, s[r * lds + j] for
+// j < keys. max[r] and sum[r] are the running max and sum of exps (-inf and
+// 0 before the first block; max becomes NaN for good once a NaN is seen);
+// the scores become exp(s - new max) and alpha[r] = exp(old max - new max),
+// the factor the row's accumulated output is scaled by.
+void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha);
+
 }  // namespace kiln::attention_simd

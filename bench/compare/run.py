@@ -1,0 +1,262 @@
+"""kiln against PyTorch and ONNX Runtime on the same ONNX files, back to back in one run; writes
+bench/results.md (medians, ratios to ONNX Runtime, GFLOP/s, % of peak, peak RSS, the issue's targets)
+and bench/results.png (a bar chart).
+
+    bash tools/setup_compare.sh          # once: PyTorch on OpenBLAS, matplotlib, onnxruntime-node
+    tools/build.sh                       # build/kiln and build/bench/kiln_bench_pipeline
+    /usr/bin/python3 bench/compare/run.py [--only dit_tiny dit_small] [--iters-scale 1]
+
+Every measurement is its own process (its peak RSS is its own), on 2 threads: kiln eager and graph in
+f32 and bf16; PyTorch eager and TorchScript (trace + freeze + optimize_for_inference) in f32 on
+OpenBLAS, and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
+the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
+pipeline runs end to end in kiln's three modes. FLOPs and the peaks are kiln's (`kiln bench`).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+ROOT = models.ROOT
+KILN = os.path.join(ROOT, "build", "kiln")
+THREADS = "2"
+# Timed runs per measurement (a warm-up run first): more where a run is short.
+ITERS = {"dit_tiny": 50, "dit_small": 10, "clip_l": 10, "vae_decoder_256": 4, "unet_sd15": 4, "dit_medium": 3}
+
+
+def run_measured(cmd, env=None, timeout=3600):
+    """Runs cmd under /usr/bin/time; returns (stdout, the process's peak RSS in MiB)."""
+    full_env = dict(os.environ, OMP_NUM_THREADS=THREADS, **(env or {}))
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, env=full_env, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return proc.stdout, int(proc.stderr.strip().splitlines()[-1]) / 1024
+
+
+def kiln_bench(name, mode, precision, iters):
+    folder = os.path.join(models.OUT, name)
+    inputs = [a for f in sorted(os.listdir(os.path.join(folder, "inputs")))
+              for a in ("--input", f"{f[:-4]}={os.path.join(folder, 'inputs', f)}")]
+    out, rss = run_measured([KILN, "bench", os.path.join(folder, "model.onnx"), *inputs, "--modes", mode,
+                             "--precision", precision, "--iters", str(iters), "--warmup", "1", "--json"])
+    j = json.loads(out)
+    return {"median_ms": j["modes"][mode]["ms_median"], "peak_rss_mib": rss, "json": j}
+
+
+def torch_bench(name, mode, dtype, iters, env=None):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "compare", "torch_bench.py"), name, "--mode", mode,
+           "--dtype", dtype, "--iters", str(iters), "--threads", THREADS]
+    out, rss = run_measured(cmd, env)
+    return dict(json.loads(out.strip().splitlines()[-1]), peak_rss_mib=rss)
+
+
+def ort_bench(name, iters):
+    cmd = ["node", os.path.join(ROOT, "bench", "compare", "ort_bench.js"), os.path.join(models.OUT, name),
+           "--iters", str(iters), "--threads", THREADS]
+    out, rss = run_measured(cmd)
+    return dict(json.loads(out.strip().splitlines()[-1]), peak_rss_mib=rss)
+
+
+def pipeline_bench(steps=20, reps=5):
+    exe = os.path.join(ROOT, "build", "bench", "kiln_bench_pipeline")
+    out, _ = run_measured([exe, "--model", os.path.join(ROOT, "tests", "models", "tiny-sd"), "--steps", str(steps),
+                           "--reps", str(reps)])
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] in ("eager", "graph", "graph-loop") and re.fullmatch(r"[\d.]+", parts[1]):
+            rows[parts[0]] = {"denoise_ms": float(parts[1]), "ms_per_step": float(parts[2])}
+    return rows
+
+
+def measure(name, scale, log):
+    iters = max(1, round(ITERS[name] * scale))
+    r = {}
+    for precision in ("f32", "bf16"):
+        for mode in ("eager", "graph"):
+            log(f"{name}: kiln {mode} {precision}")
+            r[f"kiln {mode} {precision}"] = kiln_bench(name, mode, precision, iters)
+    log(f"{name}: PyTorch eager f32")
+    r["PyTorch eager f32"] = torch_bench(name, "eager", "f32", iters)
+    log(f"{name}: TorchScript f32")
+    r["TorchScript f32"] = torch_bench(name, "torchscript", "f32", iters)
+    log(f"{name}: PyTorch eager bf16 (default kernels, then ATEN_CPU_CAPABILITY=avx512)")
+    default = torch_bench(name, "eager", "bf16", iters)
+    avx512 = torch_bench(name, "eager", "bf16", iters, {"ATEN_CPU_CAPABILITY": "avx512"})
+    best = min((default, "default"), (avx512, "avx512"), key=lambda p: p[0]["median_ms"])
+    r["PyTorch eager bf16"] = dict(best[0], kernels=best[1], other_ms=(avx512 if best[1] == "default" else default)["median_ms"])
+    log(f"{name}: ONNX Runtime f32")
+    r["ONNX Runtime f32"] = ort_bench(name, iters)
+    return r
+
+
+# ------------------------------------------------------------------------------------------- report
+
+TARGETS = [  # (model, runner, baseline, at least, what)
+    *[(m, "kiln graph f32", "ONNX Runtime f32", 1.25, "fp32 graph vs ONNX Runtime") for m in ("dit_medium", "unet_sd15")],
+    *[(m, "kiln graph f32", "PyTorch eager f32", 2.0, "fp32 graph vs PyTorch eager") for m in ("dit_medium", "unet_sd15")],
+    ("dit_small", "kiln graph f32", "ONNX Runtime f32", 1.4, "fp32 graph vs ONNX Runtime"),
+    ("dit_tiny", "kiln graph f32", "ONNX Runtime f32", 2.0, "fp32 graph vs ONNX Runtime (per-op overhead)"),
+    *[(m, "kiln graph bf16", "PyTorch eager bf16", 3.0, "bf16 graph vs PyTorch bf16 eager") for m in ("dit_medium", "unet_sd15")],
+    *[(m, "kiln graph bf16", "ONNX Runtime f32", 5.0, "bf16 graph vs ONNX Runtime fp32") for m in ("dit_medium", "unet_sd15")],
+]
+
+
+def percent_of_peak(results, runner, flops):
+    j = results.get(runner, {}).get("json")
+    if not j or "peak" not in j:
+        return None
+    return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
+
+
+def write_report(all_results, pipeline, path_md, path_png, command):
+    lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
+             f"Written by `{command}` on {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; every figure",
+             "below comes from that one run, measurements back to back, each in its own process on",
+             f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
+             f"kiln {git_rev()}; {versions()}.", "",
+             "Medians of the timed runs (after one warm-up). `vs ORT`: ONNX Runtime's median over this one's",
+             "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
+             "model, over the median. % of peak: of the oneDNN matmul peak kiln measures on this machine",
+             "(f32, or bf16 for bf16 runs). Peak RSS: the process's maximum resident memory.", ""]
+    peaks = {}
+    for name, results in all_results.items():
+        flops = next(r["json"]["flops_per_forward"] for k, r in results.items() if k.startswith("kiln"))
+        ort = results["ONNX Runtime f32"]["median_ms"]
+        lines += [f"## {name}", "", models.MODELS[name][1] + f"; {flops / 1e9:.3g} GFLOP per forward.", "",
+                  "| runner | median ms | vs ORT | GFLOP/s | % of peak | peak RSS MiB |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for runner, r in results.items():
+            pct = percent_of_peak(results, runner, flops)
+            if "json" in r and "peak" in r["json"]:
+                peaks[r["json"]["peak"]["dtype"]] = r["json"]["peak"]["gflops_per_s"]
+            note = f" ({r['kernels']} kernels; the other {r['other_ms']:.1f} ms)" if "kernels" in r else ""
+            lines.append(f"| {runner}{note} | {r['median_ms']:.2f} | {ort / r['median_ms']:.2f}x | "
+                         f"{flops / (r['median_ms'] * 1e6):.1f} | {'' if pct is None else f'{pct:.1f}'} | "
+                         f"{r['peak_rss_mib']:.0f} |")
+        graph = results["kiln graph f32"]["json"]["profiled_replay_ms_by_op"]
+        top = sorted(graph.items(), key=lambda kv: -kv[1])[:6]
+        total = sum(graph.values())
+        lines += ["", "Where kiln graph f32's time goes (one profiled run, per op kind): " +
+                  ", ".join(f"{op} {ms / total * 100:.0f} %" for op, ms in top) + ".", ""]
+    if peaks:
+        lines += ["Measured peaks: " + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted(peaks.items())) + ".", ""]
+    if pipeline:
+        lines += ["## tiny SD pipeline, end to end", "", "kiln's three modes on tests/models/tiny-sd, 20 steps "
+                  "(`build/bench/kiln_bench_pipeline`; denoise loop only).", "",
+                  "| mode | denoise ms | ms per step |", "|---|---:|---:|"]
+        lines += [f"| {m} | {r['denoise_ms']:.2f} | {r['ms_per_step']:.3f} |" for m, r in pipeline.items()]
+        lines.append("")
+    lines += ["## Targets", "", "| model | target | measured | |", "|---|---|---:|---|"]
+    for model, runner, base, want, what in TARGETS:
+        if model not in all_results:
+            continue
+        got = all_results[model][base]["median_ms"] / all_results[model][runner]["median_ms"]
+        verdict = "met" if got >= want else f"missed by {(1 - got / want) * 100:.0f} %"
+        lines.append(f"| {model} | {what} >= {want}x | {got:.2f}x | {verdict} |")
+    for model, results in all_results.items():
+        for runner in ("kiln graph f32", "kiln graph bf16"):
+            rss, ort_rss = results[runner]["peak_rss_mib"], results["ONNX Runtime f32"]["peak_rss_mib"]
+            verdict = "met" if rss <= ort_rss else f"missed by {(rss / ort_rss - 1) * 100:.0f} %"
+            lines.append(f"| {model} | {runner} peak RSS <= ONNX Runtime's | {rss:.0f} vs {ort_rss:.0f} MiB | {verdict} |")
+        if model == "dit_medium":
+            flops = results["kiln graph f32"]["json"]["flops_per_forward"]
+            for runner, want in (("kiln graph f32", 80), ("kiln graph bf16", 60)):
+                pct = percent_of_peak(results, runner, flops)
+                if pct is not None:
+                    verdict = "met" if pct >= want else f"missed by {want - pct:.0f} points"
+                    lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} |")
+    lines.append("")
+    with open(path_md, "w") as f:
+        f.write("\n".join(lines))
+    plot(all_results, path_png)
+
+
+def plot(all_results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runners = ["kiln graph f32", "kiln graph bf16", "PyTorch eager f32", "TorchScript f32", "PyTorch eager bf16",
+               "ONNX Runtime f32"]
+    names = list(all_results)
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(names)), 4.5))
+    width = 0.8 / len(runners)
+    for i, runner in enumerate(runners):
+        speed = [all_results[n]["ONNX Runtime f32"]["median_ms"] / all_results[n][runner]["median_ms"] for n in names]
+        ax.bar([x + (i - len(runners) / 2 + 0.5) * width for x in range(len(names))], speed, width, label=runner)
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names)
+    ax.set_ylabel("speed vs ONNX Runtime f32 (x, log)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(f"{cpu_name()}, {THREADS} threads")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"model name\s*:\s*(.*)", f.read())
+    return m.group(1) if m else platform.processor()
+
+
+def git_rev():
+    try:
+        return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "(not a git checkout)"
+
+
+def versions():
+    import torch
+    with open(os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node", "package.json")) as f:
+        ort = json.load(f)["version"]
+    return f"PyTorch {torch.__version__}, ONNX Runtime {ort} (onnxruntime-node)"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", choices=list(models.MODELS), metavar="NAME",
+                        help=f"models to run (default: all: {', '.join(models.MODELS)})")
+    parser.add_argument("--iters-scale", type=float, default=1.0, help="scale every model's timed runs")
+    parser.add_argument("--no-pipeline", action="store_true", help="skip the tiny SD pipeline")
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.md and results.png")
+    args = parser.parse_args()
+    missing = [p for p in (KILN, os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node"))
+               if not os.path.exists(p)]
+    if missing:
+        sys.exit(f"compare: missing {', '.join(missing)}: run tools/build.sh and tools/setup_compare.sh first")
+
+    def log(what):
+        print(f"[{datetime.datetime.now().strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+    # The peaks are measured afresh by this run's first f32 and bf16 benches,
+    # not read from a cache some other (maybe busier) moment wrote.
+    os.environ["KILN_CACHE_DIR"] = os.path.join(models.OUT, "peak-cache")
+    shutil.rmtree(os.environ["KILN_CACHE_DIR"], ignore_errors=True)
+    names = args.only or list(models.MODELS)
+    all_results = {}
+    for name in names:
+        if not os.path.exists(os.path.join(models.OUT, name, "state.pt")):
+            log(f"{name}: exporting")
+            models.export(name)
+        all_results[name] = measure(name, args.iters_scale, log)
+    pipeline = None if args.no_pipeline else pipeline_bench()
+    command = "python3 bench/compare/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+    write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
+                 command)
+    log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
+
+
+if __name__ == "__main__":
+    main()
