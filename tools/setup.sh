@@ -17,6 +17,13 @@ if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then
   # slow to train tools/train_default_model.py.
   packages+=(python3-torch python3-onnx python3-numpy python3-regex libopenblas0-openmp)
 fi
+# Only for bench/compare (tools/setup_compare.sh): the Python set, matplotlib
+# for its chart, GNU time for peak RSS, and node with npm unless some node
+# (NodeSource's, say) is there already.
+if [[ "${KILN_SETUP_COMPARE:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-onnx python3-numpy python3-regex libopenblas0-openmp python3-matplotlib time)
+  command -v npm >/dev/null || packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
