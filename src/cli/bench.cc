@@ -78,16 +78,28 @@ Status bench(const BenchOptions& opt) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model));
   if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
   KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, opt.model, opt.inputs, opt.dims, opt.seed));
-  EagerExecutor eager(graph);
-  if (Status s = eager.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+  {
+    EagerExecutor check(graph);
+    if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+  }
 
   // The graph-mode plan, compiled here so its figures can be reported; auto
-  // mode gets its own runner, which compiles its own and decides.
+  // mode gets its own runner, which compiles its own and decides. Without
+  // eager mode the plan takes the one graph loaded (the process then holds
+  // the model's weights as a graph-mode user's would: no unused copy).
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& [name, t] : inputs.tensors) shapes.emplace_back(name, t.shape());
   KILN_ASSIGN_OR_RETURN(auto dims, input_dims(graph, shapes));
-  KILN_ASSIGN_OR_RETURN(Graph plan_graph, load_model(opt.model));
-  auto compiled = Plan::compile(std::move(plan_graph), {.dims = dims, .passes = passes});
+  const bool eager_mode = std::find(modes.begin(), modes.end(), "eager") != modes.end();
+  std::optional<Graph> plan_graph;
+  if (eager_mode) {
+    KILN_ASSIGN_OR_RETURN(plan_graph, load_model(opt.model));
+  } else {
+    plan_graph = std::move(graph);
+  }
+  std::optional<EagerExecutor> eager;
+  if (eager_mode) eager.emplace(graph);
+  auto compiled = Plan::compile(std::move(*plan_graph), {.dims = dims, .passes = passes});
   if (!compiled.ok()) return compiled.status().with_context(opt.model);
   Plan& plan = **compiled;
   std::unique_ptr<ModelRunner> auto_runner;
@@ -108,8 +120,8 @@ Status bench(const BenchOptions& opt) {
   size_t eager_peak = 0;
   auto run_mode = [&](const std::string& mode, bool timed) -> Status {
     if (mode == "eager") {
-      Status s = eager.run(inputs.tensors).status();
-      eager_peak = std::max(eager_peak, eager.allocator_stats().peak_live_bytes);
+      Status s = eager->run(inputs.tensors).status();
+      eager_peak = std::max(eager_peak, eager->allocator_stats().peak_live_bytes);
       return s;
     }
     if (mode == "auto") return auto_runner->run(inputs.tensors).status();

@@ -12,7 +12,7 @@
 
 namespace kiln {
 
-Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) {
+Result<int> open_regular_file(const std::string& path, size_t* size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return not_found("{}: no such file", path);
@@ -23,9 +23,14 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& pa
     ::close(fd);
     return invalid_argument("{}: not a regular file", path);
   }
+  *size = size_t(st.st_size);
+  return fd;
+}
+
+Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) {
   std::shared_ptr<MappedFile> file(new MappedFile());
+  KILN_ASSIGN_OR_RETURN(const int fd, open_regular_file(path, &file->size_));
   file->path_ = path;
-  file->size_ = size_t(st.st_size);
   if (file->size_ > 0) {
     void* p = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -31,6 +31,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// A regular file opened read-only (the caller closes the descriptor), and its
+// size; errors name the path ("no such file", "not a regular file").
+Result<int> open_regular_file(const std::string& path, size_t* size);
+
 // Whole file into a string (small files: JSON, .npy headers in tests).
 Result<std::string> read_file(const std::string& path);
 Status write_file(const std::string& path, std::string_view bytes);

@@ -38,6 +38,9 @@ struct CpuContext;  // kernels/cpu/cpu_context.h: oneDNN engine and stream
 struct KernelState {
   virtual ~KernelState() = default;
   virtual size_t owned_bytes() const { return 0; }  // memory it holds (packed weights)
+  // True when it holds its own (packed) copy of input `index` and replays
+  // never read that input again: a plan may then free a constant there.
+  virtual bool copies_input(size_t /*index*/) const { return false; }
 };
 
 struct KernelContext {

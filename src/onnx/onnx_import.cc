@@ -3,7 +3,9 @@
 // (op lookup, attributes) -> outputs -> verify, infer shapes.
 #include "onnx/onnx_import.h"
 
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -223,8 +225,9 @@ Result<std::optional<SymShape>> shape_from_type(const onnx::TypeProto& type, std
   return std::optional<SymShape>(std::move(shape));
 }
 
-Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string& label,
-                               ExternalFiles* files) {
+// Consumes the initializers' raw bytes as it copies them into tensors, so a
+// model's weights are held about once, not twice, while it is imported.
+Result<Graph> graph_from_model(onnx::ModelProto& model, const std::string& label, ExternalFiles* files) {
   Graph g;
   g.name = model.graph().name();
   bool has_default_domain = false;
@@ -239,13 +242,14 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
                        kOnnxMinOpset, kOnnxMaxOpset);
 
   const onnx::GraphProto& gp = model.graph();
-  for (const auto& init : gp.initializer()) {
+  for (auto& init : *model.mutable_graph()->mutable_initializer()) {
     std::string what = fmt::format("initializer '{}'", init.name());
     if (init.name().empty()) return invalid_argument("{}: an initializer has no name", label);
     if (g.find_value(init.name())) return invalid_argument("{}: {} is defined twice", label, what);
     auto t = tensor_from_proto(init, files, what);
     if (!t.ok()) return t.status().with_context(label);
     g.add_constant(init.name(), std::move(t).value());
+    std::string().swap(*init.mutable_raw_data());  // its copy is the tensor now
   }
   for (const auto& in : gp.input()) {
     if (g.find_value(in.name())) continue;  // old exporters list initializers as inputs too
@@ -350,14 +354,43 @@ Result<Graph> graph_from_model(const onnx::ModelProto& model, const std::string&
   return g;
 }
 
-Result<onnx::ModelProto> parse_model(const void* data, size_t size, const std::string& label) {
+Status check_model_size(size_t size, const std::string& label) {
   if (size > size_t(INT32_MAX))
     return invalid_argument("{}: {} bytes is past protobuf's 2 GB limit (use external data)", label, size);
-  onnx::ModelProto model;
-  if (!model.ParseFromArray(data, int(size)))
-    return invalid_argument("{}: not a valid ONNX model (protobuf parse failed)", label);
+  return ok_status();
+}
+
+Result<onnx::ModelProto> checked_model(onnx::ModelProto model, bool parsed, const std::string& label) {
+  if (!parsed) return invalid_argument("{}: not a valid ONNX model (protobuf parse failed)", label);
   if (!model.has_graph()) return invalid_argument("{}: not a valid ONNX model (no graph)", label);
   return model;
+}
+
+Result<onnx::ModelProto> parse_model(const void* data, size_t size, const std::string& label) {
+  KILN_RETURN_IF_ERROR(check_model_size(size, label));
+  onnx::ModelProto model;
+  const bool parsed = model.ParseFromArray(data, int(size));
+  return checked_model(std::move(model), parsed, label);
+}
+
+// Read through a file descriptor rather than mapped: the file's pages then
+// stay in the page cache, not in this process's resident memory next to the
+// parsed copy.
+Result<onnx::ModelProto> parse_model_file(const std::string& path) {
+  size_t size = 0;
+  KILN_ASSIGN_OR_RETURN(const int fd, open_regular_file(path, &size));
+  if (Status s = check_model_size(size, path); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  onnx::ModelProto model;
+  bool parsed;
+  {
+    google::protobuf::io::FileInputStream in(fd);
+    parsed = model.ParseFromZeroCopyStream(&in);
+  }
+  ::close(fd);
+  return checked_model(std::move(model), parsed, path);
 }
 
 }  // namespace
@@ -370,9 +403,10 @@ Result<Graph> onnx_import_bytes(const void* data, size_t size, const std::string
 }
 
 Result<Graph> onnx_import_file(const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
-  std::string base = fs::path(path).parent_path().string();
-  return onnx_import_bytes(file->data(), file->size(), path, base.empty() ? "." : base);
+  KILN_ASSIGN_OR_RETURN(onnx::ModelProto model, parse_model_file(path));
+  const std::string base = fs::path(path).parent_path().string();
+  ExternalFiles files(base.empty() ? "." : base);
+  return graph_from_model(model, path, &files);
 }
 
 Result<Tensor> onnx_parse_tensor_bytes(const void* data, size_t size, const std::string& label) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 #include <cstdlib>
 #include <cstring>
 
@@ -234,6 +235,30 @@ Status Plan::build(const PlanOptions& options) {
   return ok_status();
 }
 
+// Frees each constant that every reader keeps its own packed copy of
+// (KernelState::copies_input): the weights are then held once, packed, not
+// twice. At the first run, not at compile time: a freshly compiled plan's
+// graph is still whole (kiln compile writes it to a .kplan file).
+void Plan::release_copied_constants() {
+  constants_released_ = true;
+  std::vector<const Step*> step_of_node(graph_.nodes().size(), nullptr);
+  for (const Step& step : steps_) step_of_node[size_t(step.node_index)] = &step;
+  std::unordered_map<const Node*, size_t> node_index;
+  for (size_t i = 0; i < graph_.nodes().size(); ++i) node_index[graph_.nodes()[i].get()] = i;
+  for (const auto& v : graph_.values()) {
+    if (!v->constant || v->is_output || v->users.empty()) continue;
+    bool copied = true;
+    for (const Node* user : v->users) {
+      const Step* step = step_of_node[node_index.at(user)];  // none for a view op: it aliases the constant
+      for (size_t i = 0; i < user->inputs.size() && copied; ++i)
+        if (user->inputs[i] == v.get()) copied = step && step->state && step->state->copies_input(i);
+    }
+    if (!copied) continue;
+    v->constant.reset();
+    views_[v->id].data = nullptr;  // no step reads it: a bug that did would fault at once
+  }
+}
+
 // A step is loop-invariant when none of its inputs depends on a loop-carried
 // input. Graph outputs are always recomputed (the caller reads them each
 // iteration, and may bind them over carried inputs).
@@ -452,6 +477,7 @@ Status Plan::run_steps(bool skip_invariant, RunProfile* profile) {
     KILN_RETURN_IF_ERROR(check_bindings());
     bindings_checked_ = true;
   }
+  if (!constants_released_) release_copied_constants();
   if (profile) {
     profile->steps.resize(steps_.size());
     const HeapAllocationCount heap = heap_allocation_count();

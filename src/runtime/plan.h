@@ -130,6 +130,7 @@ class Plan {
   Status prepare_kernels(std::vector<size_t>& scratch_bytes);
   void point_buffer(size_t buffer, void* data);
   Status check_bindings() const;
+  void release_copied_constants();
   void copy_outputs();  // outputs that are inputs or constants, into their bound buffers
   Result<size_t> io_value(std::string_view name, bool input) const;
 
@@ -146,6 +147,7 @@ class Plan {
   std::byte* arena_ = nullptr;
   std::vector<bool> input_bound_;
   bool bindings_checked_ = false;  // check_bindings() holds for the current bindings
+  bool constants_released_ = false;  // release_copied_constants() has run
   size_t output_copy_bytes_ = 0;
   std::vector<std::pair<size_t, size_t>> output_copies_;  // (output index, source value id)
   std::vector<TensorView> bound_outputs_;                 // per output; data null when unbound

@@ -100,6 +100,11 @@ struct DnnlReplay final : KernelState {
       if (a.source == Source::kOwned) n += a.mem.get_desc().get_size();
     return n;
   }
+  bool copies_input(size_t index) const override {
+    for (const Arg& a : args)
+      if (a.source == Source::kOwned && a.index == index) return true;
+    return false;
+  }
 };
 
 // True when a plan step records its first call (and may pre-pack input
@@ -240,7 +245,7 @@ Status execute(KernelContext& ctx, const typename Primitive::primitive_desc& pd,
     for (const auto& [arg, mem] : args) {
       std::optional<DnnlReplay::Arg> source;
       const auto bf16 = std::find_if(bf16_inputs.begin(), bf16_inputs.end(), [&](auto& b) { return b.first == arg; });
-      if (arg == DNNL_ARG_WEIGHTS && packed_weights) source = {DnnlReplay::Source::kOwned, 0, mem};
+      if (arg == DNNL_ARG_WEIGHTS && packed_weights) source = {DnnlReplay::Source::kOwned, 1, mem};  // input 1
       else if (bf16 != bf16_inputs.end()) source = {DnnlReplay::Source::kBf16Input, bf16->second, mem};
       else source = arg_source(ctx, mem);
       if (!source) {
@@ -362,8 +367,10 @@ namespace {
 struct PackedOperand final : KernelState {
   float* data = nullptr;
   size_t floats = 0;
+  size_t index = 0;  // the input it is a copy of
   ~PackedOperand() override { std::free(data); }
   size_t owned_bytes() const override { return floats * sizeof(float); }
+  bool copies_input(size_t i) const override { return i == index; }
 };
 
 // B, element (t, j) at b[t * row_stride + j * col_stride], packed for the
@@ -379,6 +386,7 @@ Result<const float*> packed_operand(KernelContext& ctx, size_t index, const floa
   if (packs_weight(ctx, index)) {
     auto state = std::make_unique<PackedOperand>();
     state->floats = size_t(floats);
+    state->index = index;
     state->data = static_cast<float*>(std::aligned_alloc(64, (size_t(floats) * sizeof(float) + 63) / 64 * 64));
     if (!state->data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
     packed = state->data;
