@@ -32,7 +32,7 @@ class PlanFile : public ::testing::Test {
   std::unique_ptr<Plan> compile() {
     auto graph = onnx_import_file(model_path());
     EXPECT_TRUE(graph.ok());
-    auto plan = Plan::compile(std::move(graph).value(), {.dims = {{"batch", 2}}});
+    auto plan = Plan::compile(std::move(graph).value(), {.dims = {{"batch", 2}}, .keep_constants = true});
     EXPECT_TRUE(plan.ok()) << plan.status().message();
     return std::move(plan).value();
   }
@@ -65,6 +65,26 @@ TEST_F(PlanFile, RoundTripComputesTheSame) {
   EXPECT_EQ(loaded->plan->stats().passes.counts.at("fuse_attention"), 6);
   EXPECT_EQ(loaded->plan->stats().nodes, plan->stats().nodes);
   EXPECT_EQ(run(*loaded->plan), run(*plan));
+}
+
+// Without keep_constants a plan frees the weights it packed (they are held
+// once, packed): it computes the same, and refuses to be written to a file.
+TEST_F(PlanFile, APlanThatFreedItsPackedWeightsComputesTheSameButIsNotWritten) {
+  std::unique_ptr<Plan> whole = compile();
+  auto graph = onnx_import_file(model_path());
+  ASSERT_TRUE(graph.ok());
+  auto freed = Plan::compile(std::move(graph).value(), {.dims = {{"batch", 2}}});
+  ASSERT_TRUE(freed.ok()) << freed.status().message();
+  EXPECT_TRUE(whole->graph_whole());
+  EXPECT_FALSE((*freed)->graph_whole());
+  size_t constants_whole = 0, constants_freed = 0;
+  for (const auto& v : whole->graph().values()) constants_whole += v->constant ? v->constant->nbytes() : 0;
+  for (const auto& v : (*freed)->graph().values()) constants_freed += v->constant ? v->constant->nbytes() : 0;
+  EXPECT_LT(constants_freed, constants_whole / 2) << "the Linear weights are most of the model";
+  EXPECT_EQ(run(**freed), run(*whole));
+  EXPECT_EQ(run(**freed), run(*whole)) << "and again, replaying";
+  Status s = write_plan_file(path("freed.kplan"), **freed, key(**freed));
+  EXPECT_NE(s.message().find("freed constants"), std::string::npos) << s.message();
 }
 
 TEST_F(PlanFile, RejectsEveryCorruptionAndTruncation) {

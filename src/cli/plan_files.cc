@@ -10,7 +10,7 @@ Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const st
                                               const PassOptions& passes, const std::string& precision,
                                               const std::string& out) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model));
-  auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes});
+  auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes, .keep_constants = true});
   if (!compiled.ok()) return compiled.status().with_context(model);
   std::unique_ptr<Plan> plan = std::move(compiled).value();
   KILN_ASSIGN_OR_RETURN(PlanKey key, plan_key_for(model, plan->signature(), dims));
@@ -25,7 +25,8 @@ Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path) {
     // The default passes and the key's precision as it stands (the file
     // keeps neither a fusion switch nor a precision policy file).
     KILN_ASSIGN_OR_RETURN(PrecisionPolicy precision, precision_policy(key.precision, ""));
-    return Plan::compile(std::move(graph), {.dims = key.dims, .passes = {.precision = precision}});
+    return Plan::compile(std::move(graph),
+                         {.dims = key.dims, .passes = {.precision = precision}, .keep_constants = true});
   };
   return kiln::load_plan_file(path, recompile, [](const std::string& line) { fmt::print(stderr, "kiln: note: {}\n", line); });
 }

@@ -8,9 +8,20 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 namespace kiln {
+
+namespace {
+
+// The live mappings, begin -> end: drop_resident_pages acts on these only
+// (MADV_DONTNEED on anonymous memory would zero it).
+std::mutex mappings_mutex;
+std::map<uintptr_t, uintptr_t> mappings;
+
+}  // namespace
 
 Result<int> open_regular_file(const std::string& path, size_t* size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -38,13 +49,33 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& pa
       return invalid_argument("{}: cannot map: {}", path, std::strerror(errno));
     }
     file->data_ = static_cast<const uint8_t*>(p);
+    std::lock_guard<std::mutex> lock(mappings_mutex);
+    mappings[reinterpret_cast<uintptr_t>(p)] = reinterpret_cast<uintptr_t>(p) + file->size_;
   }
   ::close(fd);
   return std::shared_ptr<const MappedFile>(std::move(file));
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mappings_mutex);
+    mappings.erase(reinterpret_cast<uintptr_t>(data_));
+  }
+  munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void MappedFile::drop_resident_pages(const void* p, size_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end <= begin) return;
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto it = mappings.upper_bound(begin);
+  if (it == mappings.begin()) return;
+  --it;
+  if (begin >= it->first && end <= it->second)  // read-only private mapping: re-read on access
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 Result<std::string> read_file(const std::string& path) {

@@ -24,6 +24,12 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops the pages wholly inside [p, p + bytes) from this process's
+  // resident memory when they belong to a mapped file (anything else is
+  // left alone): they are read from the file again if touched. For weights
+  // a plan has packed into its own copy.
+  static void drop_resident_pages(const void* p, size_t bytes);
+
  private:
   MappedFile() = default;
   std::string path_;

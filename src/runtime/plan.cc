@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/heap_probe.h"
+#include "core/mapped_file.h"
 #include "kernels/cpu/cpu_context.h"
 #include "memory/memory_plan.h"
 #include "runtime/profile.h"
@@ -228,35 +229,30 @@ Status Plan::build(const PlanOptions& options) {
 
   std::vector<size_t> scratch_bytes(steps_.size(), 0);
   KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
-  KILN_RETURN_IF_ERROR(prepare_kernels(scratch_bytes));
+  KILN_RETURN_IF_ERROR(prepare_kernels(scratch_bytes, options.keep_constants));
   KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
   for (const Step& step : steps_)
     if (step.state) stats_.packed_weight_bytes += step.state->owned_bytes();
   return ok_status();
 }
 
-// Frees each constant that every reader keeps its own packed copy of
-// (KernelState::copies_input): the weights are then held once, packed, not
-// twice. At the first run, not at compile time: a freshly compiled plan's
-// graph is still whole (kiln compile writes it to a .kplan file).
-void Plan::release_copied_constants() {
-  constants_released_ = true;
-  std::vector<const Step*> step_of_node(graph_.nodes().size(), nullptr);
-  for (const Step& step : steps_) step_of_node[size_t(step.node_index)] = &step;
-  std::unordered_map<const Node*, size_t> node_index;
-  for (size_t i = 0; i < graph_.nodes().size(); ++i) node_index[graph_.nodes()[i].get()] = i;
-  for (const auto& v : graph_.values()) {
-    if (!v->constant || v->is_output || v->users.empty()) continue;
-    bool copied = true;
-    for (const Node* user : v->users) {
-      const Step* step = step_of_node[node_index.at(user)];  // none for a view op: it aliases the constant
-      for (size_t i = 0; i < user->inputs.size() && copied; ++i)
-        if (user->inputs[i] == v.get()) copied = step && step->state && step->state->copies_input(i);
-    }
-    if (!copied) continue;
-    v->constant.reset();
-    views_[v->id].data = nullptr;  // no step reads it: a bug that did would fault at once
+// Frees `constant` when every node reading it is a step whose state keeps
+// its own packed copy of it (KernelState::copies_input); a mapped one's
+// pages are dropped from resident memory instead (the mapping is shared).
+void Plan::release_if_copied(const Value& constant, const std::vector<const Step*>& step_of_node) {
+  if (!constant.constant || constant.is_output) return;
+  for (const Node* user : constant.users) {
+    const auto it = std::find_if(graph_.nodes().begin(), graph_.nodes().end(),
+                                 [&](const auto& n) { return n.get() == user; });
+    const Step* step = step_of_node[size_t(it - graph_.nodes().begin())];  // none for a view op: it aliases
+    for (size_t i = 0; i < user->inputs.size(); ++i)
+      if (user->inputs[i] == &constant && !(step && step->state && step->state->copies_input(i))) return;
   }
+  Value& v = *graph_.values()[constant.id];
+  MappedFile::drop_resident_pages(v.constant->view().data, v.constant->nbytes());
+  v.constant.reset();
+  graph_whole_ = false;
+  views_[v.id].data = nullptr;  // no step reads it: a bug that did would fault at once
 }
 
 // A step is loop-invariant when none of its inputs depends on a loop-carried
@@ -331,7 +327,7 @@ void Plan::point_buffer(size_t buffer, void* data) {
 // Runs every step once over zero inputs: each kernel builds its state (packed
 // weights, convolution sizes, oneDNN primitives) and reports the scratch it
 // takes.
-Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes) {
+Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_constants) {
   std::vector<void*> zeros;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const size_t bytes = views_[inputs_[i]->id].nbytes();
@@ -343,6 +339,13 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes) {
     zeros.push_back(p);
     point_buffer(size_t(buffer_of_[inputs_[i]->id]), p);
   }
+  std::vector<const Step*> step_of_node(graph_.nodes().size(), nullptr);
+  std::vector<size_t> last_reader(graph_.values().size(), 0);  // per value id: the last step reading it
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    step_of_node[size_t(steps_[s].node_index)] = &steps_[s];
+    for (const Value* v : graph_.nodes()[size_t(steps_[s].node_index)]->inputs)
+      if (v) last_reader[v->id] = s;
+  }
   MeasuringWorkspace measuring;
   Status status;
   for (size_t s = 0; s < steps_.size() && status.ok(); ++s) {
@@ -351,6 +354,11 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes) {
     status = step.fn(step.ctx);
     step.ctx.workspace = workspace_.get();
     scratch_bytes[s] = measuring.reset();
+    // Constants whose last reader this step is, all of whose readers packed
+    // them: not needed beside the packed copies.
+    if (!keep_constants && status.ok())
+      for (const Value* v : graph_.nodes()[size_t(step.node_index)]->inputs)
+        if (v && v->constant && last_reader[v->id] == s) release_if_copied(*v, step_of_node);
   }
   for (size_t i = 0; i < inputs_.size(); ++i) {
     point_buffer(size_t(buffer_of_[inputs_[i]->id]), nullptr);
@@ -477,7 +485,6 @@ Status Plan::run_steps(bool skip_invariant, RunProfile* profile) {
     KILN_RETURN_IF_ERROR(check_bindings());
     bindings_checked_ = true;
   }
-  if (!constants_released_) release_copied_constants();
   if (profile) {
     profile->steps.resize(steps_.size());
     const HeapAllocationCount heap = heap_allocation_count();

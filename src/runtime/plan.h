@@ -43,6 +43,10 @@ struct PlanOptions {
   // keys and values of the prompt): run_repeated runs them once per call and
   // keeps their outputs in the arena. Empty: every step runs every iteration.
   std::set<std::string> loop_carried;
+  // Keep every constant in the plan's graph (a .kplan writer needs them);
+  // otherwise a constant that every reader has packed into its own copy is
+  // freed as soon as the last one has, so weights are not held twice.
+  bool keep_constants = false;
 };
 
 // Figures from compile time (what `kiln bench` reports).
@@ -84,6 +88,8 @@ class Plan {
   ~Plan();
 
   const Graph& graph() const { return graph_; }
+  // False when compiling freed constants it packed (PlanOptions::keep_constants).
+  bool graph_whole() const { return graph_whole_; }
   const PlanStats& stats() const { return stats_; }
   // The rewrites the passes made, when they ran before this plan was
   // compiled (a plan loaded from a .kplan file).
@@ -127,10 +133,10 @@ class Plan {
   void mark_loop_invariant(const std::set<std::string>& loop_carried);
   Status run_steps(bool skip_invariant, RunProfile* profile);
   Status plan_arena(const std::vector<size_t>& scratch_bytes);
-  Status prepare_kernels(std::vector<size_t>& scratch_bytes);
+  Status prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_constants);
+  void release_if_copied(const Value& constant, const std::vector<const Step*>& step_of_node);
   void point_buffer(size_t buffer, void* data);
   Status check_bindings() const;
-  void release_copied_constants();
   void copy_outputs();  // outputs that are inputs or constants, into their bound buffers
   Result<size_t> io_value(std::string_view name, bool input) const;
 
@@ -147,7 +153,7 @@ class Plan {
   std::byte* arena_ = nullptr;
   std::vector<bool> input_bound_;
   bool bindings_checked_ = false;  // check_bindings() holds for the current bindings
-  bool constants_released_ = false;  // release_copied_constants() has run
+  bool graph_whole_ = true;
   size_t output_copy_bytes_ = 0;
   std::vector<std::pair<size_t, size_t>> output_copies_;  // (output index, source value id)
   std::vector<TensorView> bound_outputs_;                 // per output; data null when unbound

@@ -103,6 +103,8 @@ bool looks_like_plan_file(const std::string& path) {
 }
 
 Status write_plan_file(const std::string& path, const Plan& plan, const PlanKey& key) {
+  if (!plan.graph_whole())
+    return internal_error("{}: the plan freed constants it packed: compile it with keep_constants to write it", path);
   const Graph& g = plan.graph();
   std::string blob;
   json values = json::array();
