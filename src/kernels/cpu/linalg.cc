@@ -14,6 +14,11 @@
 // primitive's preferred (blocked) format; later calls only point the memory
 // objects at this run's buffers and execute (see DnnlReplay). Those executions
 // allocate inside oneDNN; the GEMM paths do not.
+//
+// Nodes marked to compute in bf16 (passes' assign_precision) run MatMul,
+// Gemm, kiln.Linear and Conv on oneDNN's bf16 primitives: each f32 operand
+// rounded into scratch on every call (DnnlReplay's kBf16Input), a constant
+// weight rounded and packed once, f32 accumulation and output.
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
