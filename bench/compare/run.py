@@ -118,12 +118,12 @@ def percent_of_peak(results, runner, flops):
     return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
 
 
-def write_report(all_results, pipeline, path_md, path_png, command):
+def write_report(all_results, pipeline, path_md, path_png, command, when, rev):
     lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
-             f"Written by `{command}` on {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; every figure",
+             f"Measured by `{command}` on {when}; every figure",
              "below comes from that one run, measurements back to back, each in its own process on",
              f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
-             f"kiln {git_rev()}; {versions()}.", "",
+             f"kiln {rev}; {versions()}.", "",
              "Medians of the timed runs (after one warm-up). `vs ORT`: ONNX Runtime's median over this one's",
              "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
              "model, over the median. % of peak: of the oneDNN matmul peak kiln measures on this machine",
@@ -156,25 +156,32 @@ def write_report(all_results, pipeline, path_md, path_png, command):
                   "| mode | denoise ms | ms per step |", "|---|---:|---:|"]
         lines += [f"| {m} | {r['denoise_ms']:.2f} | {r['ms_per_step']:.3f} |" for m, r in pipeline.items()]
         lines.append("")
-    lines += ["## Targets", "", "| model | target | measured | |", "|---|---|---:|---|"]
+    lines += ["## Targets", "",
+              "For a speed target, `needs`: the share of the measured matmul peak kiln's run would have to reach",
+              "to meet it (its FLOPs over the baseline's median divided by the ratio); above 100 % no kernel",
+              "can meet it on this machine.", "",
+              "| model | target | measured | | needs |", "|---|---|---:|---|---:|"]
     for model, runner, base, want, what in TARGETS:
         if model not in all_results:
             continue
-        got = all_results[model][base]["median_ms"] / all_results[model][runner]["median_ms"]
+        results = all_results[model]
+        got = results[base]["median_ms"] / results[runner]["median_ms"]
         verdict = "met" if got >= want else f"missed by {(1 - got / want) * 100:.0f} %"
-        lines.append(f"| {model} | {what} >= {want}x | {got:.2f}x | {verdict} |")
+        now = percent_of_peak(results, runner, results[runner]["json"]["flops_per_forward"])
+        needs = f"{now * want / got:.0f} % of peak" if now is not None else ""
+        lines.append(f"| {model} | {what} >= {want}x | {got:.2f}x | {verdict} | {needs} |")
     for model, results in all_results.items():
         for runner in ("kiln graph f32", "kiln graph bf16"):
             rss, ort_rss = results[runner]["peak_rss_mib"], results["ONNX Runtime f32"]["peak_rss_mib"]
             verdict = "met" if rss <= ort_rss else f"missed by {(rss / ort_rss - 1) * 100:.0f} %"
-            lines.append(f"| {model} | {runner} peak RSS <= ONNX Runtime's | {rss:.0f} vs {ort_rss:.0f} MiB | {verdict} |")
+            lines.append(f"| {model} | {runner} peak RSS <= ONNX Runtime's | {rss:.0f} vs {ort_rss:.0f} MiB | {verdict} | |")
         if model == "dit_medium":
             flops = results["kiln graph f32"]["json"]["flops_per_forward"]
             for runner, want in (("kiln graph f32", 80), ("kiln graph bf16", 60)):
                 pct = percent_of_peak(results, runner, flops)
                 if pct is not None:
                     verdict = "met" if pct >= want else f"missed by {want - pct:.0f} points"
-                    lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} |")
+                    lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} | |")
     lines.append("")
     with open(path_md, "w") as f:
         f.write("\n".join(lines))
@@ -231,7 +238,16 @@ def main():
     parser.add_argument("--iters-scale", type=float, default=1.0, help="scale every model's timed runs")
     parser.add_argument("--no-pipeline", action="store_true", help="skip the tiny SD pipeline")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.md and results.png")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report again from the last run's measurements (bench/out/compare/results.json)")
     args = parser.parse_args()
+    saved = os.path.join(models.OUT, "results.json")
+    if args.report_only:
+        with open(saved) as f:
+            run = json.load(f)
+        write_report(run["results"], run["pipeline"], os.path.join(args.out, "results.md"),
+                     os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"])
+        return
     missing = [p for p in (KILN, os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node"))
                if not os.path.exists(p)]
     if missing:
@@ -253,8 +269,11 @@ def main():
         all_results[name] = measure(name, args.iters_scale, log)
     pipeline = None if args.no_pipeline else pipeline_bench()
     command = "python3 bench/compare/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+    when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
+    with open(saved, "w") as f:
+        json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev}, f)
     write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
-                 command)
+                 command, when, rev)
     log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
 
 
