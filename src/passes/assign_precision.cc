@@ -1,7 +1,8 @@
 // The mixed-precision policy (passes/pass.h): which nodes compute in bf16.
 //
 // Tensors stay f32 everywhere; a node marked bf16 rounds its operands to bf16
-// inside its kernel and accumulates in f32 (kernels/cpu/bf16_matmul.h). So
+// inside its kernel and accumulates in f32 (kernels/cpu/linalg.cc,
+// kernels/cpu/attention_bf16.h). So
 // norms, softmax statistics, the scheduler and the latents stay f32 with no
 // Cast in the graph, and a policy can change per node without re-typing it.
 #include <nlohmann/json.hpp>

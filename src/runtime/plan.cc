@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <unordered_map>
 
 #include "core/heap_probe.h"
 #include "core/mapped_file.h"
@@ -239,20 +238,18 @@ Status Plan::build(const PlanOptions& options) {
 // Frees `constant` when every node reading it is a step whose state keeps
 // its own packed copy of it (KernelState::copies_input); a mapped one's
 // pages are dropped from resident memory instead (the mapping is shared).
-void Plan::release_if_copied(const Value& constant, const std::vector<const Step*>& step_of_node) {
+void Plan::release_if_copied(Value& constant, const std::unordered_map<const Node*, const Step*>& step_of) {
   if (!constant.constant || constant.is_output) return;
   for (const Node* user : constant.users) {
-    const auto it = std::find_if(graph_.nodes().begin(), graph_.nodes().end(),
-                                 [&](const auto& n) { return n.get() == user; });
-    const Step* step = step_of_node[size_t(it - graph_.nodes().begin())];  // none for a view op: it aliases
+    const auto it = step_of.find(user);  // none for a view op: it aliases the constant
+    const Step* step = it == step_of.end() ? nullptr : it->second;
     for (size_t i = 0; i < user->inputs.size(); ++i)
       if (user->inputs[i] == &constant && !(step && step->state && step->state->copies_input(i))) return;
   }
-  Value& v = *graph_.values()[constant.id];
-  MappedFile::drop_resident_pages(v.constant->view().data, v.constant->nbytes());
-  v.constant.reset();
+  MappedFile::drop_resident_pages(constant.constant->view().data, constant.constant->nbytes());
+  constant.constant.reset();
   graph_whole_ = false;
-  views_[v.id].data = nullptr;  // no step reads it: a bug that did would fault at once
+  views_[constant.id].data = nullptr;  // no step reads it: a bug that did would fault at once
 }
 
 // A step is loop-invariant when none of its inputs depends on a loop-carried
@@ -339,11 +336,12 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_const
     zeros.push_back(p);
     point_buffer(size_t(buffer_of_[inputs_[i]->id]), p);
   }
-  std::vector<const Step*> step_of_node(graph_.nodes().size(), nullptr);
+  std::unordered_map<const Node*, const Step*> step_of;
   std::vector<size_t> last_reader(graph_.values().size(), 0);  // per value id: the last step reading it
   for (size_t s = 0; s < steps_.size(); ++s) {
-    step_of_node[size_t(steps_[s].node_index)] = &steps_[s];
-    for (const Value* v : graph_.nodes()[size_t(steps_[s].node_index)]->inputs)
+    const Node* node = graph_.nodes()[size_t(steps_[s].node_index)].get();
+    step_of[node] = &steps_[s];
+    for (const Value* v : node->inputs)
       if (v) last_reader[v->id] = s;
   }
   MeasuringWorkspace measuring;
@@ -357,8 +355,8 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_const
     // Constants whose last reader this step is, all of whose readers packed
     // them: not needed beside the packed copies.
     if (!keep_constants && status.ok())
-      for (const Value* v : graph_.nodes()[size_t(step.node_index)]->inputs)
-        if (v && v->constant && last_reader[v->id] == s) release_if_copied(*v, step_of_node);
+      for (Value* v : graph_.nodes()[size_t(step.node_index)]->inputs)
+        if (v && v->constant && last_reader[v->id] == s) release_if_copied(*v, step_of);
   }
   for (size_t i = 0; i < inputs_.size(); ++i) {
     point_buffer(size_t(buffer_of_[inputs_[i]->id]), nullptr);

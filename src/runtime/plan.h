@@ -25,6 +25,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -134,7 +135,7 @@ class Plan {
   Status run_steps(bool skip_invariant, RunProfile* profile);
   Status plan_arena(const std::vector<size_t>& scratch_bytes);
   Status prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_constants);
-  void release_if_copied(const Value& constant, const std::vector<const Step*>& step_of_node);
+  void release_if_copied(Value& constant, const std::unordered_map<const Node*, const Step*>& step_of);
   void point_buffer(size_t buffer, void* data);
   Status check_bindings() const;
   void copy_outputs();  // outputs that are inputs or constants, into their bound buffers

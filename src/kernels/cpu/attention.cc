@@ -126,15 +126,12 @@ Status attention_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
 }
 
 // Where oneDNN has no bf16 matmul: the f32 kernel on copies of Q, K and V
-// rounded through bf16.
+// rounded through bf16 (rounded_copy keeps them f32 there).
 Status round_operands_through_bf16(KernelContext& ctx, attention_simd::Problem& p) {
   const float** operands[] = {&p.q, &p.k, &p.v};
   for (size_t i = 0; i < 3; ++i) {
-    const TensorView& in = *ctx.input(i);
-    auto* copy = static_cast<float*>(ctx.workspace ? ctx.workspace->scratch(size_t(in.numel()) * 4) : nullptr);
-    if (!copy) return resource_exhausted("{}: no scratch for bf16 operands", node_label(*ctx.node));
-    round_through_bf16(in.as<float>(), copy, in.numel(), true);
-    *operands[i] = copy;
+    KILN_ASSIGN_OR_RETURN(void* copy, rounded_copy(ctx, i));
+    *operands[i] = static_cast<const float*>(copy);
   }
   return ok_status();
 }

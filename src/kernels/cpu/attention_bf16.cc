@@ -85,7 +85,6 @@ Result<std::unique_ptr<Bf16Attention>> Bf16Attention::create(const attention_sim
                                                              const dnnl::engine& engine) {
   if (!onednn_has_bf16()) return unsupported("oneDNN has no bf16 matmul on this CPU");
   std::unique_ptr<Bf16Attention> a(new Bf16Attention());
-  a->sizes_ = p;
   a->rows_ = std::min(kTileRows, p.sq);
   a->keys_ = std::min(kKeyBlock, p.sk);
   a->threads_ = omp_get_max_threads();

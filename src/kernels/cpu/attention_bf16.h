@@ -49,7 +49,6 @@ class Bf16Attention {
   Bf16Attention() = default;
   bool attend(const attention_simd::Problem& p, int64_t batch, int64_t row0, int thread, char* scratch);
 
-  attention_simd::Problem sizes_;
   int64_t rows_ = 0, keys_ = 0;  // tile rows and key block, at most the problem's
   int threads_ = 1;
   std::vector<dnnl::stream> streams_;  // one per thread

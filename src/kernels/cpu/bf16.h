@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/kernel.h"
 
 namespace kiln {
 
@@ -20,5 +21,9 @@ void round_through_bf16(const float* x, float* dst, int64_t n, bool parallel);
 // AVX-512 emulation; checked once). Without them, bf16 nodes run f32
 // products on operands rounded through bf16.
 bool onednn_has_bf16();
+
+// Input `index` (f32) rounded into kernel scratch: as bf16 where
+// onednn_has_bf16(), else as f32 rounded through bf16.
+Result<void*> rounded_copy(KernelContext& ctx, size_t index);
 
 }  // namespace kiln

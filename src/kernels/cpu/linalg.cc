@@ -137,17 +137,6 @@ memory::data_type bf16_storage() {
   return onednn_has_bf16() ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
-// Input `index` rounded to bf16 into scratch, stored as bf16_storage().
-Result<void*> rounded_copy(KernelContext& ctx, size_t index) {
-  const TensorView& in = *ctx.input(index);
-  const bool native = onednn_has_bf16();
-  void* data = ctx.workspace->scratch(size_t(in.numel()) * (native ? sizeof(bf16) : sizeof(float)));
-  if (!data) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
-  if (native) round_to_bf16(in.as<float>(), static_cast<bf16*>(data), in.numel(), true);
-  else round_through_bf16(in.as<float>(), static_cast<float*>(data), in.numel(), true);
-  return data;
-}
-
 Status replay(KernelContext& ctx, const DnnlReplay& r) {
   for (const DnnlReplay::Arg& a : r.args) {
     void* data = nullptr;
