@@ -10,7 +10,8 @@ Every measurement is its own process (its peak RSS is its own), on 2 threads: ki
 f32 and bf16; PyTorch eager and TorchScript (trace + freeze + optimize_for_inference) in f32 on
 OpenBLAS, and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
 the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
-pipeline runs end to end in kiln's three modes. FLOPs and the peaks are kiln's (`kiln bench`).
+pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
+ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`).
 """
 import argparse
 import datetime
@@ -29,6 +30,7 @@ ROOT = models.ROOT
 KILN = os.path.join(ROOT, "build", "kiln")
 THREADS = "2"
 # Timed runs per measurement (a warm-up run first): more where a run is short.
+PIPELINE = "tiny_sd_pipeline"  # --only's name for the tiny SD pipeline end to end
 ITERS = {"dit_tiny": 50, "dit_small": 10, "clip_l": 10, "vae_decoder_256": 4, "unet_sd15": 4, "dit_medium": 3}
 
 
@@ -66,16 +68,33 @@ def ort_bench(name, iters):
     return dict(json.loads(out.strip().splitlines()[-1]), peak_rss_mib=rss)
 
 
-def pipeline_bench(steps=20, reps=5):
+def pipeline_bench(reps=5):
+    """The tiny SD pipeline's reference case end to end: kiln's three modes (one process), PyTorch and
+    ONNX Runtime; each runner's median ms, and its final latents' largest error against the reference."""
+    import numpy as np
+    import pipeline
+    pipeline.prepare()
+    c, reference = pipeline.case(), pipeline.reference_latents()
+    latents_dir = os.path.join(pipeline.OUT, "kiln-latents")
+    os.makedirs(latents_dir, exist_ok=True)
     exe = os.path.join(ROOT, "build", "bench", "kiln_bench_pipeline")
-    out, _ = run_measured([exe, "--model", os.path.join(ROOT, "tests", "models", "tiny-sd"), "--steps", str(steps),
-                           "--reps", str(reps)])
+    out, _ = run_measured([exe, "--model", pipeline.PIPELINE, "--steps", str(c["steps"]), "--prompt", c["prompt"],
+                           "--seed", str(c["seed"]), "--reps", str(reps), "--save-latents", latents_dir])
     rows = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) >= 3 and parts[0] in ("eager", "graph", "graph-loop") and re.fullmatch(r"[\d.]+", parts[1]):
-            rows[parts[0]] = {"denoise_ms": float(parts[1]), "ms_per_step": float(parts[2])}
-    return rows
+        if len(parts) == 7 and parts[0] in ("eager", "graph", "graph-loop") and re.fullmatch(r"[\d.]+", parts[1]):
+            error = np.abs(np.load(os.path.join(latents_dir, parts[0] + ".npy")) - reference).max()
+            rows[f"kiln {parts[0]} f32"] = {"median_ms": float(parts[6]), "denoise_ms": float(parts[1]),
+                                            "max_error": float(error)}
+    out, _ = run_measured([sys.executable, os.path.join(ROOT, "bench", "compare", "pipeline.py"), "torch",
+                           "--reps", str(reps), "--threads", THREADS])
+    rows["PyTorch eager f32"] = json.loads(out.strip().splitlines()[-1])
+    out, _ = run_measured(["node", os.path.join(ROOT, "bench", "compare", "ort_pipeline.js"), pipeline.PIPELINE,
+                           pipeline.OUT, os.path.join(pipeline.CASE, "trajectory.npy"), "--reps", str(reps),
+                           "--threads", THREADS])
+    rows["ONNX Runtime f32"] = json.loads(out.strip().splitlines()[-1])
+    return {"case": c, "runners": rows, "reference_max": float(np.abs(reference).max())}
 
 
 def measure(name, scale, log):
@@ -151,10 +170,24 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev):
     if peaks:
         lines += ["Measured peaks: " + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted(peaks.items())) + ".", ""]
     if pipeline:
-        lines += ["## tiny SD pipeline, end to end", "", "kiln's three modes on tests/models/tiny-sd, 20 steps "
-                  "(`build/bench/kiln_bench_pipeline`; denoise loop only).", "",
-                  "| mode | denoise ms | ms per step |", "|---|---:|---:|"]
-        lines += [f"| {m} | {r['denoise_ms']:.2f} | {r['ms_per_step']:.3f} |" for m, r in pipeline.items()]
+        c, rows = pipeline["case"], pipeline["runners"]
+        ort = rows["ONNX Runtime f32"]["median_ms"]
+        lines += ["## tiny SD pipeline, end to end", "",
+                  f"tests/models/tiny-sd's reference case batch_steps_20 (\"{c['prompt']}\", seed {c['seed']}, "
+                  f"{c['steps']} {c['scheduler']} steps, guidance {c['guidance_scale']}, {c['width']}x{c['height']}): "
+                  "tokenizer, text encoder, the denoise loop (CFG as one batch of 2) and the VAE decode. kiln: "
+                  "`build/bench/kiln_bench_pipeline`; PyTorch: `bench/compare/pipeline.py` (the pipeline that wrote "
+                  "the reference); ONNX Runtime: `bench/compare/ort_pipeline.js` (the loop in JavaScript). Error: "
+                  "the final latents' largest difference from the reference's (whose largest magnitude is "
+                  f"{pipeline['reference_max']:.1f}).", "",
+                  "| runner | end to end ms | vs ORT | denoise ms | ms per step | error |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for runner, r in rows.items():
+            denoise, per_step = "", ""
+            if "denoise_ms" in r:
+                denoise, per_step = f"{r['denoise_ms']:.2f}", f"{r['denoise_ms'] / c['steps']:.3f}"
+            lines.append(f"| {runner} | {r['median_ms']:.2f} | {ort / r['median_ms']:.2f}x | {denoise} | {per_step} | "
+                         f"{r['max_error']:.1e} |")
         lines.append("")
     lines += ["## Targets", "",
               "For a speed target, `needs`: the share of the measured matmul peak kiln's run would have to reach",
@@ -233,10 +266,9 @@ def versions():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="+", choices=list(models.MODELS), metavar="NAME",
-                        help=f"models to run (default: all: {', '.join(models.MODELS)})")
+    parser.add_argument("--only", nargs="+", choices=[*models.MODELS, PIPELINE], metavar="NAME",
+                        help=f"what to run (default: all: {', '.join(models.MODELS)}, {PIPELINE})")
     parser.add_argument("--iters-scale", type=float, default=1.0, help="scale every model's timed runs")
-    parser.add_argument("--no-pipeline", action="store_true", help="skip the tiny SD pipeline")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.md and results.png")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report again from the last run's measurements (bench/out/compare/results.json)")
@@ -260,14 +292,17 @@ def main():
     # not read from a cache some other (maybe busier) moment wrote.
     os.environ["KILN_CACHE_DIR"] = os.path.join(models.OUT, "peak-cache")
     shutil.rmtree(os.environ["KILN_CACHE_DIR"], ignore_errors=True)
-    names = args.only or list(models.MODELS)
+    names = [n for n in args.only or models.MODELS if n != PIPELINE]
     all_results = {}
     for name in names:
         if not os.path.exists(os.path.join(models.OUT, name, "state.pt")):
             log(f"{name}: exporting")
             models.export(name)
         all_results[name] = measure(name, args.iters_scale, log)
-    pipeline = None if args.no_pipeline else pipeline_bench()
+    pipeline = None
+    if not args.only or PIPELINE in args.only:
+        log("tiny SD pipeline: kiln, PyTorch, ONNX Runtime")
+        pipeline = pipeline_bench()
     command = "python3 bench/compare/run.py" + "".join(f" {a}" for a in sys.argv[1:])
     when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
     with open(saved, "w") as f:
