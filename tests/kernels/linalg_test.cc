@@ -188,8 +188,9 @@ TEST(Linalg, DiffusionShapes) {
       {"projection [B,N,C]x[C,C2]", OpKind::kMatMul, {}, {f32({2, 256, 320}), f32({320, 640})}, 1, kConvTolerance},
       {"time embedding linear", OpKind::kGemm, attrs({{"transB", i(1)}}),
        {f32({2, 320}), f32({1280, 320}), f32({1280})}, 1, kConvTolerance},
-      // Past one K slice of the GEMM (256), with rows and columns that fill
-      // neither a tile nor a panel.
+      // Rows and columns that fill neither a tile nor a panel, and (the
+      // first) past one K slice of the GEMM (16384).
+      {"past one K slice", OpKind::kMatMul, {}, {f32({2, 5, 16500}), f32({16500, 40})}, 1, kConvTolerance},
       {"ragged, deep", OpKind::kMatMul, {}, {f32({3, 37, 600}), f32({600, 70})}, 1, kConvTolerance},
       {"ragged, deep, batched", OpKind::kMatMul, {}, {f32({3, 13, 300}), f32({3, 300, 21})}, 1, kConvTolerance},
       {"ragged, deep gemm", OpKind::kGemm, attrs({{"transA", i(1)}, {"transB", i(1)}, {"alpha", 0.5f}, {"beta", 2.0f}}),

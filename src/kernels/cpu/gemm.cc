@@ -5,8 +5,13 @@
 // A tile's sums stay in registers for a whole slice of kDepth products: each
 // step broadcasts one A value per row and multiplies it into both vectors of
 // the panel's row, so a step is 2 * kRows fused multiply-adds for 2 + kRows
-// loads. K is cut into slices so that a panel's slice (kDepth rows) stays in
-// L1 while every row tile of the block passes over it.
+// loads. Each pass of a tile over a slice loads and stores its sums once, so
+// slices are long: the panel's slice and the tile's rows of A stream from L2
+// (the prefetchers keep up), and on a Zen 4 core (1 MiB L2) slices of 256
+// rows, sized to keep a panel's slice in L1, were 4-9 % slower end to end
+// than whole-K passes (dit_small, clip_l, unet_sd15, dit_medium in
+// `kiln bench`, and 5-15 % on single SD convolutions). Only K beyond
+// kDepth is cut.
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
@@ -36,7 +41,7 @@ constexpr int64_t kPanel = 2 * kLanes;
 // Rows per tile: 2 * kRows accumulators, the panel's pair and a broadcast
 // must fit the register file (32 vectors with AVX-512, else 16).
 constexpr int kRows = HWY_TARGET <= HWY_AVX3 ? 12 : 6;
-constexpr int64_t kDepth = 256;
+constexpr int64_t kDepth = 16384;  // see the top of the file
 
 int64_t PanelWidth() { return kPanel; }
 
