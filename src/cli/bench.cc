@@ -70,6 +70,28 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The `count` steps of a profiled run that took longest: node, op, ms and,
+// for the products, GFLOP/s (which kernel falls short of the peak).
+nlohmann::ordered_json slowest_steps(const RunProfile& profile, size_t count) {
+  std::vector<const StepProfile*> steps;
+  for (const StepProfile& s : profile.steps) steps.push_back(&s);
+  count = std::min(count, steps.size());
+  std::partial_sort(steps.begin(), steps.begin() + ptrdiff_t(count), steps.end(),
+                    [](const StepProfile* a, const StepProfile* b) { return a->ms > b->ms; });
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < count; ++i) {
+    const StepProfile& s = *steps[i];
+    nlohmann::ordered_json step;
+    step["node"] = s.node->name;
+    step["op"] = op_name(s.node->op);
+    step["ms"] = s.ms;
+    const int64_t flops = node_flops(*s.node);
+    step["gflops_per_s"] = flops > 0 && s.ms > 0 ? nlohmann::ordered_json(double(flops) / (s.ms * 1e6)) : nullptr;
+    list.push_back(std::move(step));
+  }
+  return list;
+}
+
 Status bench(const BenchOptions& opt) {
   if (opt.iters < 1) return invalid_argument("--iters must be at least 1, got {}", opt.iters);
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
@@ -154,7 +176,7 @@ Status bench(const BenchOptions& opt) {
 
   // One profiled replay: where any remaining heap allocations come from, and
   // where its time goes, per op kind.
-  RunProfile profile;
+  RunProfile profile;  // also kept for its slowest steps
   for (const auto& [name, t] : inputs.tensors) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
   KILN_RETURN_IF_ERROR(plan.run(&profile));
   std::map<std::string, int64_t> allocations_by_op;
@@ -208,6 +230,7 @@ Status bench(const BenchOptions& opt) {
     j["replay_heap_allocations"] = nullptr;  // no counter (sanitizer build)
   j["replay_heap_allocations_by_op"] = allocations_by_op;
   j["profiled_replay_ms_by_op"] = ms_by_op;
+  j["profiled_replay_slowest_steps"] = slowest_steps(profile, 15);
   j["input_copy_bytes"] = 0;  // inputs are bound by pointer; Plan has no copy path for them
   j["output_clone_bytes"] = replay_runs ? output_clone_bytes / size_t(replay_runs) : 0;
   j["output_copy_bytes"] = plan.output_copy_bytes();
