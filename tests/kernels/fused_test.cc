@@ -115,6 +115,10 @@ TEST(Fused, Conv) {
     check_op_both({std::string("3x3 ") + act, OpKind::kFusedConv, a, {f32({1, 8, 9, 9}), f32({16, 8, 3, 3}), f32({16})}});
     check_op_both({std::string("3x3 residual ") + act, OpKind::kFusedConv, a,
               {f32({2, 4, 6, 7}), f32({4, 4, 3, 3}), f32({4}), f32({2, 4, 6, 7})}});
+    // Fewer pixels an image than any target's GEMM panel is wide: the images'
+    // pixels together are the rows (18 here: a full tile and a short one).
+    check_op_both({std::string("3x3 few pixels, residual ") + act, OpKind::kFusedConv, a,
+                   {f32({3, 12, 2, 3}), f32({10, 12, 3, 3}), f32({10}), f32({3, 10, 2, 3})}});
   }
   Attributes strided = attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2, 2}},
                               {"activation", std::string("relu")}});

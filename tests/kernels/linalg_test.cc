@@ -195,6 +195,12 @@ TEST(Linalg, DiffusionShapes) {
       {"ragged, deep, batched", OpKind::kMatMul, {}, {f32({3, 13, 300}), f32({3, 300, 21})}, 1, kConvTolerance},
       {"ragged, deep gemm", OpKind::kGemm, attrs({{"transA", i(1)}, {"transB", i(1)}, {"alpha", 0.5f}, {"beta", 2.0f}}),
        {f32({300, 13}), f32({70, 300}), f32({70})}, 1, kConvTolerance},
+      // A UNet's 4x4 level: fewer pixels an image than an AVX-512 panel is
+      // wide; then fewer than any target's, strided.
+      {"conv, few pixels", OpKind::kConv, attrs({{"pads", Ints{1, 1, 1, 1}}}),
+       {f32({2, 48, 4, 4}), f32({40, 48, 3, 3}), f32({40})}, 1, kConvTolerance},
+      {"conv, few pixels, strided", OpKind::kConv, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 0}}}),
+       {f32({3, 20, 5, 6}), f32({9, 20, 3, 3}), absent()}, 1, kConvTolerance},
       {"conv, deep", OpKind::kConv, attrs({{"pads", Ints{1, 1, 1, 1}}}),
        {f32({1, 40, 7, 9}), f32({19, 40, 3, 3}), f32({19})}, 1, kConvTolerance},
       {"attention einsum", OpKind::kEinsum, attrs({{"equation", s("bhid,bhjd->bhij")}}),

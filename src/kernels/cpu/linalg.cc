@@ -4,9 +4,11 @@
 // GEMM (kernels/cpu/gemm.h), which allocates nothing: a constant weight is
 // packed once into a plan step's state (or into scratch on each eager call),
 // a convolution packs its input patches (im2col) chunk by chunk into
-// scratch. The rest (grouped and 3-D Conv, ConvTranspose, Einsum) runs
-// through oneDNN, with plain (strided) memory descriptors over the caller's
-// buffers, so nothing is copied in or out.
+// scratch (or, with fewer output pixels an image than a GEMM panel is wide,
+// gathers every image's patches as the rows of one product against its
+// weight packed once). The rest (grouped and 3-D Conv, ConvTranspose,
+// Einsum) runs through oneDNN, with plain (strided) memory descriptors over
+// the caller's buffers, so nothing is copied in or out.
 //
 // Eagerly, a oneDNN primitive is created on every call (oneDNN's primitive
 // cache makes the repeat cheap). In a compiled plan the first call records the
@@ -26,6 +28,7 @@
 #include <cstring>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <unordered_map>
 
 #include "ir/infer/linalg.h"
@@ -367,27 +370,35 @@ struct PackedOperand final : KernelState {
   bool copies_input(size_t i) const override { return i == index; }
 };
 
-// B, element (t, j) at b[t * row_stride + j * col_stride], packed for the
-// GEMM and scaled by `scale`: from the step's state when a plan packed it
-// already, into the state when input `index` is a constant this step
-// records, else into scratch.
+// Packs B (element (t, j) at b[t * row_stride + j * col_stride], times
+// `scale`) into `owner`'s own buffer: a plan step's copy of constant input
+// `index`.
+Status pack_owned(const KernelContext& ctx, PackedOperand& owner, size_t index, const float* b, int64_t row_stride,
+                  int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
+  const int64_t floats = gemm::packed_floats(k, n);
+  owner.floats = size_t(floats);
+  owner.index = index;
+  owner.data = static_cast<float*>(std::aligned_alloc(64, (size_t(floats) * sizeof(float) + 63) / 64 * 64));
+  if (!owner.data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
+  gemm::pack(b, row_stride, col_stride, k, n, owner.data, scale);
+  return ok_status();
+}
+
+// B packed for the GEMM and scaled by `scale`: from the step's state when a
+// plan packed it already, into the state when input `index` is a constant
+// this step records, else into scratch.
 Result<const float*> packed_operand(KernelContext& ctx, size_t index, const float* b, int64_t row_stride,
                                     int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
   if (ctx.state && *ctx.state)
     if (const auto* p = dynamic_cast<const PackedOperand*>(ctx.state->get())) return p->data;
-  const int64_t floats = gemm::packed_floats(k, n);
-  float* packed = nullptr;
   if (packs_weight(ctx, index)) {
     auto state = std::make_unique<PackedOperand>();
-    state->floats = size_t(floats);
-    state->index = index;
-    state->data = static_cast<float*>(std::aligned_alloc(64, (size_t(floats) * sizeof(float) + 63) / 64 * 64));
-    if (!state->data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
-    packed = state->data;
+    KILN_RETURN_IF_ERROR(pack_owned(ctx, *state, index, b, row_stride, col_stride, k, n, scale));
+    const float* packed = state->data;
     *ctx.state = std::move(state);
-  } else {
-    KILN_ASSIGN_OR_RETURN(packed, scratch_floats(ctx, floats, "a packed operand"));
+    return packed;
   }
+  KILN_ASSIGN_OR_RETURN(float* packed, scratch_floats(ctx, gemm::packed_floats(k, n), "a packed operand"));
   gemm::pack(b, row_stride, col_stride, k, n, packed, scale);
   return static_cast<const float*>(packed);
 }
@@ -564,8 +575,16 @@ struct ConvGeometry final : KernelState {
   int64_t out_channels = 0, out_height = 0, out_width = 0;
   int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  // Fewer output pixels an image than a GEMM panel is wide (an SD UNet's
+  // 4x4 level): every image's pixels together are the GEMM's rows, against
+  // the weight packed as B, instead of a product per image that leaves most
+  // of each panel empty and reads the whole weight once per image.
+  bool pixels_as_rows = false;
+  PackedOperand weight;  // pixels_as_rows in a plan: the weight, packed once
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
   int64_t pixels() const { return out_height * out_width; }
+  size_t owned_bytes() const override { return weight.owned_bytes(); }
+  bool copies_input(size_t index) const override { return weight.data && weight.copies_input(index); }
 };
 
 const ConvGeometry* geometry_of(const KernelContext& ctx) {
@@ -670,13 +689,64 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
   return ok_status();
 }
 
+// Input patches of output pixel `row` (of every image's, in order) as one
+// row of K: (channel, kernel row, kernel column), 0 in the padding.
+void gather_patch_row(const ConvGeometry& g, const float* x, int64_t row, float* out) {
+  const int64_t image = row / g.pixels(), pixel = row % g.pixels();
+  const int64_t oh = pixel / g.out_width, ow = pixel % g.out_width;
+  for (int64_t c = 0; c < g.in_channels; ++c) {
+    const float* plane = x + (image * g.in_channels + c) * g.height * g.width;
+    for (int64_t r = 0; r < g.kernel_h; ++r) {
+      const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
+      for (int64_t s = 0; s < g.kernel_w; ++s) {
+        const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
+        *out++ = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width ? plane[ih * g.width + iw] : 0.0f;
+      }
+    }
+  }
+}
+
+// pixels_as_rows: patches [images x pixels, K] gathered into scratch, times
+// the weight packed as B ([K, OC]: the step's copy, or packed into scratch)
+// with the bias and activation, then transposed into Y [image, OC, pixels]
+// with the residual added on the way.
+Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
+  const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
+  float* y = ctx.output(0)->as<float>();
+  const int64_t k = g.patch(), pixels = g.pixels(), rows = g.batch * pixels, oc = g.out_channels;
+  const float* packed = g.weight.data;
+  if (!packed) {
+    KILN_ASSIGN_OR_RETURN(float* p, scratch_floats(ctx, gemm::packed_floats(k, oc), "the packed weight"));
+    gemm::pack(w, 1, k, k, oc, p);  // B[t, o] = W[o, t]
+    packed = p;
+  }
+  KILN_ASSIGN_OR_RETURN(float* patches, scratch_floats(ctx, rows * k, "input patches"));
+  KILN_ASSIGN_OR_RETURN(float* product, scratch_floats(ctx, rows * oc, "the product"));
+  parallel_for(rows, rows * k > kParallelWork, [&](int64_t row) { gather_patch_row(g, x, row, patches + row * k); });
+  gemm::Epilogue e = fused_epilogue(ctx, false);
+  const float* residual = std::exchange(e.residual, nullptr);  // shaped like Y, not like the product
+  gemm::multiply({rows, oc, k, patches, k, packed, product, oc}, e, true);
+  parallel_for(g.batch * oc, rows * oc > kParallelWork, [&](int64_t plane) {
+    const int64_t image = plane / oc, channel = plane % oc;
+    const float* from = product + image * pixels * oc + channel;
+    float* to = y + plane * pixels;
+    const float* add = residual ? residual + plane * pixels : nullptr;
+    for (int64_t q = 0; q < pixels; ++q) to[q] = from[q * oc] + (add ? add[q] : 0.0f);
+  });
+  return ok_status();
+}
+
+Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
+  return g.pixels_as_rows ? conv_pixel_rows(ctx, g) : conv_gemm(ctx, g);
+}
+
 // Conv and ConvTranspose share everything but the weight layout and the
 // primitive. ONNX weights: Conv [OC, IC/g, k...], ConvTranspose [IC, OC/g, k...];
 // oneDNN wants both as [OC, IC, k...] (or [g, OC/g, IC/g, k...] with groups),
 // which for ConvTranspose is a transposed, strided view.
 Status conv_cpu(KernelContext& ctx, bool transpose) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
-  if (const ConvGeometry* g = geometry_of(ctx)) return conv_gemm(ctx, *g);
+  if (const ConvGeometry* g = geometry_of(ctx)) return conv_gemm_or_rows(ctx, *g);
   if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
   const TensorView &x = *ctx.input(0), &w = *ctx.input(1);
   const TensorView* bias = ctx.input(2);
@@ -736,9 +806,12 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     } else {
       cg.height = cg.out_height = 1;
     }
-    if (!recording(ctx)) return conv_gemm(ctx, cg);
+    cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
+    if (cg.pixels_as_rows && packs_weight(ctx, 1))
+      KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
+    if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
     *ctx.state = std::move(geometry);
-    return conv_gemm(ctx, *geometry_of(ctx));
+    return conv_gemm_or_rows(ctx, *geometry_of(ctx));
   }
   const bool windowed = window != y.shape;
   float* dst = y.as<float>();
