@@ -169,36 +169,44 @@ void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 void block(const Problem& p, const Epilogue& e) { HWY_DYNAMIC_DISPATCH(Block)(p, e); }
 
 void multiply(const Problem& p, const Epilogue& e, bool parallel) {
-  // Tiles of C: up to 96 rows by 4 panels, so that a tile's rows of A and its
-  // panels of B stay in L2 across the whole K walk; narrower, then shorter
-  // (down to one panel by 24 rows) when that leaves too few to share out
-  // evenly. Row tiles are of equal height (a multiple of 12, which every
-  // target's tile divides), so no thread is left with the short one.
-  const int64_t w = panel_width(), panels = (p.n + w - 1) / w;
+  // The threads split C into a grid of equal parts (in units of 12 rows, which
+  // every target's tile divides, by one panel), picking the grid whose
+  // largest part is smallest; among equals, the one that splits the columns
+  // most, so that each thread streams its own share of B (a weight). Each
+  // thread then walks its part in tiles of up to 96 rows by 4 panels, whose
+  // rows of A stay in L2 while it passes over their columns. (Handing out
+  // tiles statically instead left whole tiles to one thread: 256 x 320 x 320
+  // ran at 72 % of oneDNN's speed on 2 threads, 99 % on one.)
+  constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4;
+  const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18);
-  const int64_t enough = threads ? 4 * int64_t(omp_get_max_threads()) : 1;
-  int64_t row_tiles = (p.m + 95) / 96, tile_panels = std::min<int64_t>(4, panels);
-  auto col_tiles = [&] { return (panels + tile_panels - 1) / tile_panels; };
-  while (row_tiles * col_tiles() < enough) {
-    if (tile_panels > 1) --tile_panels;
-    else if (p.m / (row_tiles + 1) >= 24) ++row_tiles;
-    else break;
+  const int64_t team = threads ? int64_t(omp_get_max_threads()) : 1;
+  auto parts = [](int64_t n, int64_t k) { return (n + k - 1) / k; };
+  int64_t row_parts = 1, largest = -1;
+  for (int64_t r = 1; r <= team; ++r) {
+    if (team % r) continue;
+    const int64_t size = parts(units, r) * parts(panels, team / r);
+    if (largest < 0 || size < largest) row_parts = r, largest = size;
   }
-  const int64_t tile_rows = ((p.m + row_tiles - 1) / row_tiles + 11) / 12 * 12, tile_cols = tile_panels * w;
-  const int64_t columns = col_tiles();
-  parallel_for(row_tiles * columns, threads, [&](int64_t t) {
-    const int64_t i0 = t / columns * tile_rows, j0 = t % columns * tile_cols;
-    if (i0 >= p.m) return;  // rounding the height up can leave the last tile empty
-    Problem q = p;
-    q.m = std::min(tile_rows, p.m - i0);
-    q.n = std::min(tile_cols, p.n - j0);
-    q.a += i0 * p.lda;
-    q.packed_b += j0 * p.k;
-    q.c += i0 * p.ldc + j0;
-    Epilogue f = e;
-    if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
-    if (e.residual) f.residual += i0 * p.ldc + j0;
-    block(q, f);
+  const int64_t col_parts = team / row_parts;
+  parallel_for(team, threads, [&](int64_t part) {
+    const int64_t rp = part / col_parts, cp = part % col_parts;
+    const int64_t u0 = units * rp / row_parts, u1 = units * (rp + 1) / row_parts;
+    const int64_t c0 = panels * cp / col_parts, c1 = panels * (cp + 1) / col_parts;
+    for (int64_t u = u0; u < u1; u += kTileUnits)
+      for (int64_t c = c0; c < c1; c += kTilePanels) {
+        const int64_t i0 = u * kUnit, j0 = c * w;
+        Problem q = p;
+        q.m = std::min(std::min(u + kTileUnits, u1) * kUnit, p.m) - i0;
+        q.n = std::min(std::min(c + kTilePanels, c1) * w, p.n) - j0;
+        q.a += i0 * p.lda;
+        q.packed_b += j0 * p.k;
+        q.c += i0 * p.ldc + j0;
+        Epilogue f = e;
+        if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
+        if (e.residual) f.residual += i0 * p.ldc + j0;
+        block(q, f);
+      }
   });
 }
 
