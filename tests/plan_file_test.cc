@@ -183,5 +183,52 @@ TEST_F(PlanFile, StaleFileIsRejectedThenRecompiledFromItsModel) {
   EXPECT_EQ(compiles, 1);
 }
 
+// A stale file recompiles with the pass options it was compiled with: the
+// whole precision policy (a node override from a policy file, not only the
+// default) and the passes a fusion switch turned off; the rewritten file
+// keeps them. Files from before the key kept them read as the defaults.
+TEST_F(PlanFile, StaleFileRecompilesWithItsPassOptions) {
+  PassOptions passes;
+  passes.disabled = {"fuse_attention"};
+  auto policy = parse_precision_policy({}, R"({"default": "bf16", "ops": {"Gemm": "f32"}, "nodes": {"/blocks.0": "f32"}})",
+                                       "test policy");
+  ASSERT_TRUE(policy.ok()) << policy.status().message();
+  passes.precision = *policy;
+  EXPECT_EQ(precision_policy_json(passes.precision),
+            R"({"default":"bf16","ops":{"Gemm":"f32"},"nodes":{"/blocks.0":"f32"}})");
+
+  std::unique_ptr<Plan> plan = compile();
+  PlanKey old = key(*plan);
+  set_key_passes(old, passes);
+  EXPECT_EQ(old.precision, "bf16");
+  old.kiln_version = "0.0.1";
+  ASSERT_TRUE(write_plan_file(path("old.kplan"), *plan, old).ok());
+  auto recompiled_with = [&](const PlanKey& k) {
+    auto got = key_passes(k);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(got->disabled, passes.disabled);
+    EXPECT_EQ(precision_policy_json(got->precision), precision_policy_json(passes.precision));
+  };
+  int compiles = 0;
+  auto recompile = [&](const PlanKey& k) -> Result<std::unique_ptr<Plan>> {
+    ++compiles;
+    recompiled_with(k);
+    return compile();
+  };
+  ASSERT_TRUE(load_plan_file(path("old.kplan"), recompile, [](const std::string&) {}).ok());
+  EXPECT_EQ(compiles, 1);
+  auto rewritten = read_plan_key(path("old.kplan"));
+  ASSERT_TRUE(rewritten.ok());
+  EXPECT_EQ(rewritten->kiln_version, KILN_VERSION_STRING);
+  recompiled_with(*rewritten);
+
+  PlanKey older = key(*plan);  // as written before: the precision's name only
+  older.precision = "bf16";
+  auto defaults = key_passes(older);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_TRUE(defaults->disabled.empty());
+  EXPECT_EQ(precision_policy_json(defaults->precision), R"({"default":"bf16","ops":{},"nodes":{}})");
+}
+
 }  // namespace
 }  // namespace kiln

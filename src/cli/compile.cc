@@ -25,7 +25,7 @@ Status compile(const CompileOptions& opt) {
   KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                        compile_to_file(opt.model, dims, passes, opt.pass_flags.precision, opt.output));
+                        compile_to_file(opt.model, dims, passes, opt.output));
   const PlanStats& st = plan->stats();
   fmt::print("{}: {} nodes, {} steps, arena {:.2f} MiB, compiled in {:.0f} ms\n", opt.model, st.nodes, st.steps,
              double(st.arena_bytes) / (1 << 20), st.compile_ms);

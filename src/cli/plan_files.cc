@@ -7,14 +7,13 @@
 namespace kiln::cli {
 
 Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const std::map<std::string, int64_t>& dims,
-                                              const PassOptions& passes, const std::string& precision,
-                                              const std::string& out) {
+                                              const PassOptions& passes, const std::string& out) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model));
   auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes, .keep_constants = true});
   if (!compiled.ok()) return compiled.status().with_context(model);
   std::unique_ptr<Plan> plan = std::move(compiled).value();
   KILN_ASSIGN_OR_RETURN(PlanKey key, plan_key_for(model, plan->signature(), dims));
-  key.precision = precision;
+  set_key_passes(key, passes);
   KILN_RETURN_IF_ERROR(write_plan_file(out, *plan, key));
   return plan;
 }
@@ -22,11 +21,8 @@ Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const st
 Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path) {
   auto recompile = [](const PlanKey& key) -> Result<std::unique_ptr<Plan>> {
     KILN_ASSIGN_OR_RETURN(Graph graph, load_model(key.model_path));
-    // The default passes and the key's precision as it stands (the file
-    // keeps neither a fusion switch nor a precision policy file).
-    KILN_ASSIGN_OR_RETURN(PrecisionPolicy precision, precision_policy(key.precision, ""));
-    return Plan::compile(std::move(graph),
-                         {.dims = key.dims, .passes = {.precision = precision}, .keep_constants = true});
+    KILN_ASSIGN_OR_RETURN(PassOptions passes, key_passes(key));  // as it was compiled
+    return Plan::compile(std::move(graph), {.dims = key.dims, .passes = passes, .keep_constants = true});
   };
   return kiln::load_plan_file(path, recompile, [](const std::string& line) { fmt::print(stderr, "kiln: note: {}\n", line); });
 }

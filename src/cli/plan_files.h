@@ -12,8 +12,7 @@ namespace kiln::cli {
 
 // Compiles `model` for the given symbolic dim sizes and writes `out`.
 Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const std::map<std::string, int64_t>& dims,
-                                              const PassOptions& passes, const std::string& precision,
-                                              const std::string& out);
+                                              const PassOptions& passes, const std::string& out);
 
 // The plan in `path`, recompiled (with a note on stderr) when it is stale
 // and its model is at hand: runtime/plan_file.h's load_plan_file.

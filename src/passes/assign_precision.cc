@@ -39,43 +39,57 @@ bool name_matches(const std::string& node, const std::string& policy) {
 
 }  // namespace
 
-Result<PrecisionPolicy> precision_policy(std::string_view precision, const std::string& policy_file) {
-  PrecisionPolicy policy;
-  if (precision == "bf16") policy.compute = DType::kBF16;
-  else if (precision != "f32") return invalid_argument("unknown precision '{}' (f32, bf16)", precision);
-  if (policy_file.empty()) return policy;
-
-  KILN_ASSIGN_OR_RETURN(std::string text, read_file(policy_file));
+Result<PrecisionPolicy> parse_precision_policy(PrecisionPolicy policy, std::string_view text, std::string_view where) {
   const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object())
     return invalid_argument("{}: a precision policy is a JSON object {{\"default\": ..., \"ops\": {{...}}, "
                             "\"nodes\": {{...}}}}",
-                            policy_file);
+                            where);
   for (const auto& [key, value] : json.items()) {
-    const std::string where = fmt::format("{}: \"{}\"", policy_file, key);
+    const std::string at = fmt::format("{}: \"{}\"", where, key);
     if (key == "default") {
-      KILN_ASSIGN_OR_RETURN(policy.compute, compute_dtype_named(where, value));
+      KILN_ASSIGN_OR_RETURN(policy.compute, compute_dtype_named(at, value));
     } else if (key == "ops" || key == "nodes") {
-      if (!value.is_object()) return invalid_argument("{} must be an object of name -> precision", where);
+      if (!value.is_object()) return invalid_argument("{} must be an object of name -> precision", at);
       for (const auto& [name, dtype_json] : value.items()) {
-        KILN_ASSIGN_OR_RETURN(DType dtype, compute_dtype_named(fmt::format("{}: \"{}\"", where, name), dtype_json));
+        KILN_ASSIGN_OR_RETURN(DType dtype, compute_dtype_named(fmt::format("{}: \"{}\"", at, name), dtype_json));
         if (key == "nodes") {
           policy.nodes[name] = dtype;
           continue;
         }
         const std::optional<OpKind> op = op_from_name(name);
-        if (!op) return invalid_argument("{}: unknown op '{}'", where, name);
+        if (!op) return invalid_argument("{}: unknown op '{}'", at, name);
         if (dtype == DType::kBF16 && !has_bf16_kernel(*op))
           return invalid_argument("{}: {} has no bf16 kernel (bf16 ops: MatMul, Gemm, Conv, kiln.Linear, kiln.Conv, "
                                   "kiln.Attention)",
-                                  where, name);
+                                  at, name);
         policy.ops[*op] = dtype;
       }
     } else {
-      return invalid_argument("{}: unknown key (default, ops, nodes)", where);
+      return invalid_argument("{}: unknown key (default, ops, nodes)", at);
     }
   }
   return policy;
+}
+
+Result<PrecisionPolicy> precision_policy(std::string_view precision, const std::string& policy_file) {
+  PrecisionPolicy policy;
+  if (precision == "bf16") policy.compute = DType::kBF16;
+  else if (precision != "f32") return invalid_argument("unknown precision '{}' (f32, bf16)", precision);
+  if (policy_file.empty()) return policy;
+  KILN_ASSIGN_OR_RETURN(std::string text, read_file(policy_file));
+  return parse_precision_policy(policy, text, policy_file);
+}
+
+std::string precision_policy_json(const PrecisionPolicy& policy) {
+  auto name = [](DType d) { return d == DType::kBF16 ? "bf16" : "f32"; };
+  nlohmann::ordered_json j;
+  j["default"] = name(policy.compute);
+  j["ops"] = nlohmann::ordered_json::object();
+  for (const auto& [op, dtype] : policy.ops) j["ops"][std::string(op_name(op))] = name(dtype);
+  j["nodes"] = nlohmann::ordered_json::object();
+  for (const auto& [node, dtype] : policy.nodes) j["nodes"][node] = name(dtype);
+  return j.dump();
 }
 
 Status assign_precision(Graph& graph, const PrecisionPolicy& policy, PassStats* stats) {

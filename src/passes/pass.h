@@ -84,6 +84,11 @@ struct PrecisionPolicy {
 // (when `policy_file` is not empty) of the form
 //   {"default": "bf16", "ops": {"Conv": "f32"}, "nodes": {"/blocks.0/attn": "f32"}}
 Result<PrecisionPolicy> precision_policy(std::string_view precision, const std::string& policy_file);
+// `base` overridden by a policy's JSON text (`where` names it in errors).
+Result<PrecisionPolicy> parse_precision_policy(PrecisionPolicy base, std::string_view text, std::string_view where);
+// The whole policy in that JSON form ("default", "ops" and "nodes" always
+// present), which parse_precision_policy reads back to the same policy.
+std::string precision_policy_json(const PrecisionPolicy& policy);
 
 // Marks each node the policy computes in bf16 (attribute kComputeDtypeAttr).
 // Runs last in run_passes, so fused nodes are marked; eager execution calls

@@ -66,13 +66,30 @@ json key_to_json(const PlanKey& k) {
   return {{"kiln_version", k.kiln_version}, {"isa", k.isa},
           {"precision", k.precision},       {"model_path", k.model_path},
           {"model_hash", k.model_hash},     {"signature", k.signature},
-          {"dims", k.dims}};
+          {"dims", k.dims},                 {"precision_policy", k.precision_policy},
+          {"disabled_passes", k.disabled_passes}};
 }
 
 }  // namespace
 
 std::string fnv1a64_hex(std::string_view bytes) {
   return fmt::format("{:016x}", fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+}
+
+void set_key_passes(PlanKey& key, const PassOptions& passes) {
+  key.precision = passes.precision.compute == DType::kBF16 ? "bf16" : "f32";
+  key.precision_policy = precision_policy_json(passes.precision);
+  key.disabled_passes = passes.disabled;
+}
+
+Result<PassOptions> key_passes(const PlanKey& key) {
+  PassOptions passes;
+  passes.disabled = key.disabled_passes;
+  KILN_ASSIGN_OR_RETURN(passes.precision, precision_policy(key.precision, ""));
+  if (key.precision_policy.empty()) return passes;  // a file from before the key kept it
+  KILN_ASSIGN_OR_RETURN(passes.precision,
+                        parse_precision_policy(passes.precision, key.precision_policy, "the plan's precision policy"));
+  return passes;
 }
 
 std::string current_isa() {
@@ -260,10 +277,15 @@ Result<Graph> graph_from_header(const json& h, const Reader& r) {
 }
 
 Result<PlanKey> key_from_json(const json& k) {
-  return PlanKey{k.at("kiln_version").get<std::string>(), k.at("isa").get<std::string>(),
-                 k.at("precision").get<std::string>(),    k.at("model_path").get<std::string>(),
-                 k.at("model_hash").get<std::string>(),   k.at("signature").get<std::string>(),
-                 k.at("dims").get<std::map<std::string, int64_t>>()};
+  return PlanKey{k.at("kiln_version").get<std::string>(),
+                 k.at("isa").get<std::string>(),
+                 k.at("precision").get<std::string>(),
+                 k.at("model_path").get<std::string>(),
+                 k.at("model_hash").get<std::string>(),
+                 k.at("signature").get<std::string>(),
+                 k.at("dims").get<std::map<std::string, int64_t>>(),
+                 k.value("precision_policy", std::string()),  // absent in older files
+                 k.value("disabled_passes", std::set<std::string>())};
 }
 
 // The header of a whole, uncorrupted file, and where its constants lie.
@@ -336,6 +358,8 @@ Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path, const Reco
   auto now = plan_key_for(key->model_path, key->signature, key->dims);
   if (!now.ok() || now->model_hash != key->model_hash) return loaded.status();
   now->precision = key->precision;
+  now->precision_policy = key->precision_policy;
+  now->disabled_passes = key->disabled_passes;
   note(fmt::format("{}; recompiling from {}", loaded.status().message(), key->model_path));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, recompile(*key));
   KILN_RETURN_IF_ERROR(write_plan_file(path, *plan, *now));

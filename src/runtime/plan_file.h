@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "runtime/plan.h"
@@ -27,12 +28,23 @@ inline constexpr uint32_t kPlanFormatVersion = 1;
 struct PlanKey {
   std::string kiln_version;
   std::string isa;        // oneDNN's effective ISA on the compiling machine
-  std::string precision;  // "f32"
+  std::string precision;  // "f32" or "bf16": the precision policy's default
   std::string model_path;
   std::string model_hash;  // FNV-1a 64 of the model file, hex
   std::string signature;   // "x:f32[2,4,32,32] ..."
   std::map<std::string, int64_t> dims;  // the symbolic dims' sizes (to recompile)
+  // The rest of the pass options it was compiled with, to recompile it the
+  // same way: the whole precision policy (precision_policy_json; empty in
+  // files written before it was kept: the precision's default) and the
+  // passes a fusion switch turned off.
+  std::string precision_policy;
+  std::set<std::string> disabled_passes;
 };
+
+// Records `passes` in `key` (precision, precision_policy, disabled_passes).
+void set_key_passes(PlanKey& key, const PassOptions& passes);
+// The pass options `key` records.
+Result<PassOptions> key_passes(const PlanKey& key);
 
 // The key for `model_path` (hashing it) compiled here, now, for `signature`.
 Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
