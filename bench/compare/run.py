@@ -4,14 +4,16 @@ and bench/results.png (a bar chart).
 
     bash tools/setup_compare.sh          # once: PyTorch on OpenBLAS, matplotlib, onnxruntime-node
     tools/build.sh                       # build/kiln and build/bench/kiln_bench_pipeline
-    /usr/bin/python3 bench/compare/run.py [--only dit_tiny dit_small] [--iters-scale 1]
+    /usr/bin/python3 bench/compare/run.py [--only dit_tiny dit_small] [--iters-scale 1] [--rounds 2]
 
 Every measurement is its own process (its peak RSS is its own), on 2 threads: kiln eager and graph in
 f32 and bf16; PyTorch eager and TorchScript (trace + freeze + optimize_for_inference) in f32 on
 OpenBLAS, and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
 the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
-ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`).
+ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
+runners run in turn, --rounds times (the order reversed each round, so that a drift in a shared machine's
+speed hits all alike), and each runner's median is over all its timed runs.
 """
 import argparse
 import datetime
@@ -20,6 +22,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -51,7 +54,7 @@ def kiln_bench(name, mode, precision, iters):
     out, rss = run_measured([KILN, "bench", os.path.join(folder, "model.onnx"), *inputs, "--modes", mode,
                              "--precision", precision, "--iters", str(iters), "--warmup", "1", "--json"])
     j = json.loads(out)
-    return {"median_ms": j["modes"][mode]["ms_median"], "peak_rss_mib": rss, "json": j}
+    return {"ms": j["modes"][mode]["ms"], "peak_rss_mib": rss, "json": j}
 
 
 def torch_bench(name, mode, dtype, iters, env=None):
@@ -68,7 +71,7 @@ def ort_bench(name, iters):
     return dict(json.loads(out.strip().splitlines()[-1]), peak_rss_mib=rss)
 
 
-def pipeline_bench(reps=5):
+def pipeline_bench(reps=10):
     """The tiny SD pipeline's reference case end to end: kiln's three modes (one process), PyTorch and
     ONNX Runtime; each runner's median ms, and its final latents' largest error against the reference."""
     import numpy as np
@@ -97,25 +100,36 @@ def pipeline_bench(reps=5):
     return {"case": c, "runners": rows, "reference_max": float(np.abs(reference).max())}
 
 
-def measure(name, scale, log):
+def measure(name, scale, rounds, log):
+    """Every runner on one model, `rounds` times over, in turn (the order reversed each round, so a drift
+    in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all."""
     iters = max(1, round(ITERS[name] * scale))
-    r = {}
-    for precision in ("f32", "bf16"):
-        for mode in ("eager", "graph"):
-            log(f"{name}: kiln {mode} {precision}")
-            r[f"kiln {mode} {precision}"] = kiln_bench(name, mode, precision, iters)
-    log(f"{name}: PyTorch eager f32")
-    r["PyTorch eager f32"] = torch_bench(name, "eager", "f32", iters)
-    log(f"{name}: TorchScript f32")
-    r["TorchScript f32"] = torch_bench(name, "torchscript", "f32", iters)
-    log(f"{name}: PyTorch eager bf16 (default kernels, then ATEN_CPU_CAPABILITY=avx512)")
-    default = torch_bench(name, "eager", "bf16", iters)
-    avx512 = torch_bench(name, "eager", "bf16", iters, {"ATEN_CPU_CAPABILITY": "avx512"})
-    best = min((default, "default"), (avx512, "avx512"), key=lambda p: p[0]["median_ms"])
-    r["PyTorch eager bf16"] = dict(best[0], kernels=best[1], other_ms=(avx512 if best[1] == "default" else default)["median_ms"])
-    log(f"{name}: ONNX Runtime f32")
-    r["ONNX Runtime f32"] = ort_bench(name, iters)
-    return r
+    runners = [(f"kiln {mode} {precision}", lambda m=mode, p=precision: kiln_bench(name, m, p, iters))
+               for precision in ("f32", "bf16") for mode in ("eager", "graph")]
+    runners += [("PyTorch eager f32", lambda: torch_bench(name, "eager", "f32", iters)),
+                ("TorchScript f32", lambda: torch_bench(name, "torchscript", "f32", iters)),
+                ("PyTorch eager bf16 default", lambda: torch_bench(name, "eager", "bf16", iters)),
+                ("PyTorch eager bf16 avx512",
+                 lambda: torch_bench(name, "eager", "bf16", iters, {"ATEN_CPU_CAPABILITY": "avx512"})),
+                ("ONNX Runtime f32", lambda: ort_bench(name, iters))]
+    pooled = {}
+    for r in range(rounds):
+        for runner, run in (runners if r % 2 == 0 else runners[::-1]):
+            log(f"{name}: {runner} (round {r + 1} of {rounds})")
+            got = run()
+            into = pooled.setdefault(runner, dict(got, ms=[]))
+            into["ms"] += got["ms"]
+            into["peak_rss_mib"] = max(into["peak_rss_mib"], got["peak_rss_mib"])
+    for r in pooled.values():
+        r["median_ms"] = statistics.median(r["ms"])
+    # PyTorch bf16: the faster of its default kernels and ATEN_CPU_CAPABILITY=avx512.
+    default, avx512 = pooled.pop("PyTorch eager bf16 default"), pooled.pop("PyTorch eager bf16 avx512")
+    best, kernels, other = (default, "default", avx512) if default["median_ms"] <= avx512["median_ms"] else \
+        (avx512, "avx512", default)
+    results = {k: pooled[k] for k in [n for n, _ in runners[:6]]}
+    results["PyTorch eager bf16"] = dict(best, kernels=kernels, other_ms=other["median_ms"])
+    results["ONNX Runtime f32"] = pooled["ONNX Runtime f32"]
+    return results
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -137,13 +151,14 @@ def percent_of_peak(results, runner, flops):
     return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
 
 
-def write_report(all_results, pipeline, path_md, path_png, command, when, rev):
+def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds):
     lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
              f"Measured by `{command}` on {when}; every figure",
              "below comes from that one run, measurements back to back, each in its own process on",
              f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
              f"kiln {rev}; {versions()}.", "",
-             "Medians of the timed runs (after one warm-up). `vs ORT`: ONNX Runtime's median over this one's",
+             f"Medians of the timed runs of {rounds} rounds (each process after one warm-up; a model's runners in",
+             "turn, the order reversed each round). `vs ORT`: ONNX Runtime's median over this one's",
              "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
              "model, over the median. % of peak: of the oneDNN matmul peak kiln measures on this machine",
              "(f32, or bf16 for bf16 runs). Peak RSS: the process's maximum resident memory.", ""]
@@ -269,6 +284,8 @@ def main():
     parser.add_argument("--only", nargs="+", choices=[*models.MODELS, PIPELINE], metavar="NAME",
                         help=f"what to run (default: all: {', '.join(models.MODELS)}, {PIPELINE})")
     parser.add_argument("--iters-scale", type=float, default=1.0, help="scale every model's timed runs")
+    parser.add_argument("--rounds", type=int, default=2, choices=range(1, 11), metavar="N",
+                        help="times each model's runners run, in turn (default 2); their timed runs are pooled")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.md and results.png")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report again from the last run's measurements (bench/out/compare/results.json)")
@@ -278,7 +295,7 @@ def main():
         with open(saved) as f:
             run = json.load(f)
         write_report(run["results"], run["pipeline"], os.path.join(args.out, "results.md"),
-                     os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"])
+                     os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"], run["rounds"])
         return
     missing = [p for p in (KILN, os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node"))
                if not os.path.exists(p)]
@@ -298,7 +315,7 @@ def main():
         if not os.path.exists(os.path.join(models.OUT, name, "state.pt")):
             log(f"{name}: exporting")
             models.export(name)
-        all_results[name] = measure(name, args.iters_scale, log)
+        all_results[name] = measure(name, args.iters_scale, args.rounds, log)
     pipeline = None
     if not args.only or PIPELINE in args.only:
         log("tiny SD pipeline: kiln, PyTorch, ONNX Runtime")
@@ -306,9 +323,10 @@ def main():
     command = "python3 bench/compare/run.py" + "".join(f" {a}" for a in sys.argv[1:])
     when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
     with open(saved, "w") as f:
-        json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev}, f)
+        json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev,
+                   "rounds": args.rounds}, f)
     write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
-                 command, when, rev)
+                 command, when, rev, args.rounds)
     log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
 
 

@@ -213,6 +213,7 @@ Status bench(const BenchOptions& opt) {
     const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();
     j["modes"][t.name]["ms_min"] = t.min();
+    j["modes"][t.name]["ms"] = t.ms;  // every timed run, in order
     j["modes"][t.name]["gflops_per_s"] = gflops;
     if (peak) j["modes"][t.name]["percent_of_peak"] = 100 * gflops / peak->gflops_per_s;
   }

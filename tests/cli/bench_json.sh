@@ -12,7 +12,7 @@ trap 'rm -rf "$KILN_CACHE_DIR"' EXIT
 
 json=$("$kiln" bench "$model" --dim batch=2 --modes eager,graph,auto --iters 3 --warmup 1 --json)
 missing=0
-for key in model signature modes eager graph auto ms_median ms_min speedup_graph_vs_eager \
+for key in model signature modes eager graph auto ms_median ms_min ms speedup_graph_vs_eager \
   replay_heap_allocations input_copy_bytes output_clone_bytes arena_bytes naive_bytes \
   eager_peak_bytes lower_bound_bytes fusions fuse_layer_norm auto_decision flops_per_forward gflops_per_s peak percent_of_peak profiled_replay_ms_by_op \
   profiled_replay_slowest_steps; do
@@ -25,6 +25,8 @@ if [[ $missing -ne 0 ]]; then
   echo "$json" >&2
   exit 1
 fi
+# Each mode lists its 3 timed runs.
+grep -Pzq '"ms": \[\s*[0-9.e-]+,\s*[0-9.e-]+,\s*[0-9.e-]+\s*\]' <<<"$json" || { echo "FAIL: no list of the 3 runs" >&2; exit 1; }
 # The slowest step (in dit_tiny a product) names its node and has its time and GFLOP/s.
 grep -Pzq '"profiled_replay_slowest_steps": \[\s*\{\s*"node": "[^"]+",\s*"op": "[^"]+",\s*"ms": [0-9.e-]+,\s*"gflops_per_s": [1-9]' \
   <<<"$json" || { echo "FAIL: the slowest steps lack a node, its time or its GFLOP/s" >&2; exit 1; }
