@@ -290,6 +290,7 @@ def main():
     parser.add_argument("--report-only", action="store_true",
                         help="write the report again from the last run's measurements (bench/out/compare/results.json)")
     args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     saved = os.path.join(models.OUT, "results.json")
     if args.report_only:
         with open(saved) as f:
