@@ -126,9 +126,12 @@ def measure(name, scale, rounds, log):
     default, avx512 = pooled.pop("PyTorch eager bf16 default"), pooled.pop("PyTorch eager bf16 avx512")
     best, kernels, other = (default, "default", avx512) if default["median_ms"] <= avx512["median_ms"] else \
         (avx512, "avx512", default)
-    results = {k: pooled[k] for k in [n for n, _ in runners[:6]]}
-    results["PyTorch eager bf16"] = dict(best, kernels=kernels, other_ms=other["median_ms"])
-    results["ONNX Runtime f32"] = pooled["ONNX Runtime f32"]
+    results = {}  # in the runners' order, the two PyTorch bf16 runs as one
+    for runner, _ in runners:
+        if runner in pooled:
+            results[runner] = pooled[runner]
+        elif runner == "PyTorch eager bf16 default":
+            results["PyTorch eager bf16"] = dict(best, kernels=kernels, other_ms=other["median_ms"])
     return results
 
 

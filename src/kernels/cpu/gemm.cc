@@ -176,7 +176,7 @@ void multiply(const Problem& p, const Epilogue& e, bool parallel) {
   // thread then walks its part in tiles of up to 96 rows by 4 panels, whose
   // rows of A stay in L2 while it passes over their columns. (Handing out
   // tiles statically instead left whole tiles to one thread: 256 x 320 x 320
-  // ran at 72 % of oneDNN's speed on 2 threads, 99 % on one.)
+  // ran at 72 % of oneDNN's speed on 2 threads, 97 % on one.)
   constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4;
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18);
