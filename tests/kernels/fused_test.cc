@@ -119,6 +119,9 @@ TEST(Fused, Conv) {
     // pixels together are the rows (18 here: a full tile and a short one).
     check_op_both({std::string("3x3 few pixels, residual ") + act, OpKind::kFusedConv, a,
                    {f32({3, 12, 2, 3}), f32({10, 12, 3, 3}), f32({10}), f32({3, 10, 2, 3})}});
+    // Output rows of whole panels: the patches read in place.
+    check_op_both({std::string("3x3 32 wide, residual ") + act, OpKind::kFusedConv, a,
+                   {f32({1, 8, 4, 32}), f32({16, 8, 3, 3}), f32({16}), f32({1, 16, 4, 32})}});
   }
   Attributes strided = attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2, 2}},
                               {"activation", std::string("relu")}});

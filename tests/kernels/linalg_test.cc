@@ -97,6 +97,15 @@ TEST(Linalg, Conv) {
       conv("1-d", {{"pads", Ints{1, 2}}, {"strides", Ints{2}}}, {f32({2, 3, 11}), f32({4, 3, 3}), f32({4})}),
       conv("3-d", {{"pads", Ints{1, 1, 1, 1, 1, 1}}}, {f32({1, 2, 4, 5, 6}), f32({3, 2, 3, 3, 3}), f32({3})}),
       conv("zero batch", {}, {f32({0, 2, 5, 5}), f32({3, 2, 3, 3})}),
+      // Stride 1 with output rows of whole GEMM panels (32 and 64 wide, which
+      // every target's panel divides): the patches are read in place from
+      // the padded input, or from the input itself without padding.
+      conv("3x3 pad 1, 32 wide", {{"pads", Ints{1, 1, 1, 1}}},
+           {f32({2, 12, 5, 32}), f32({20, 12, 3, 3}), f32({20})}),
+      conv("1x1, 64 wide", {}, {f32({1, 16, 3, 64}), f32({8, 16, 1, 1}), f32({8})}),
+      conv("asymmetric pads and dilation, 32 wide", {{"pads", Ints{1, 2, 0, 2}}, {"dilations", Ints{2, 2}}},
+           {f32({1, 3, 6, 32}), f32({4, 3, 3, 3})}),
+      conv("1-d, 64 long, one image", {{"pads", Ints{1, 1}}}, {f32({1, 4, 64}), f32({40, 4, 3}), f32({40})}),
   };
   for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }

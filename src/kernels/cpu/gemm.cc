@@ -59,10 +59,12 @@ void Pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 
 // c[r, 0 : kPanel] = (load ? c : 0) + bias + sum over t < depth of
 // a[r, t] * b[t, :] for r < kTileRows; the bias is one per column (col_bias,
-// kPanel floats) or one per row (row_bias), either may be null.
-template <int kTileRows>
-void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, int64_t depth,
-          float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias) {
+// kPanel floats) or one per row (row_bias), either may be null. Row t of b is
+// at b + t * kPanel (a packed panel) or, kGathered, at b + b_rows[t].
+template <int kTileRows, bool kGathered>
+void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, const int64_t* b_rows,
+          int64_t depth, float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias,
+          const float* row_bias) {
   const D d;
   V lo[kTileRows], hi[kTileRows];
   const V bias_lo = col_bias ? hn::LoadU(d, col_bias) : hn::Zero(d);
@@ -72,8 +74,14 @@ void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
     lo[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc) : hn::Zero(d), hn::Add(bias_lo, row));
     hi[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc + kLanes) : hn::Zero(d), hn::Add(bias_hi, row));
   }
-  for (int64_t t = 0; t < depth; ++t, b += kPanel) {
-    const V b_lo = hn::Load(d, b), b_hi = hn::Load(d, b + kLanes);
+  for (int64_t t = 0; t < depth; ++t) {
+    V b_lo, b_hi;
+    if constexpr (kGathered) {
+      const float* row = b + b_rows[t];
+      b_lo = hn::LoadU(d, row), b_hi = hn::LoadU(d, row + kLanes);
+    } else {
+      b_lo = hn::Load(d, b + t * kPanel), b_hi = hn::Load(d, b + t * kPanel + kLanes);
+    }
     for (int r = 0; r < kTileRows; ++r) {
       const V ar = hn::Set(d, a[r * lda + t]);
       lo[r] = hn::MulAdd(ar, b_lo, lo[r]);
@@ -86,15 +94,16 @@ void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
   }
 }
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, const float*,
-                       const float*);
+using TileFn = void (*)(const float*, int64_t, const float*, const int64_t*, int64_t, float*, int64_t, bool,
+                        const float*, const float*);
 
-template <int... kTileRows>
+template <bool kGathered, int... kTileRows>
 constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
-  return std::array<TileFn, sizeof...(kTileRows)>{&Tile<kTileRows + 1>...};
+  return std::array<TileFn, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered>...};
 }
-// kTiles[r - 1]: the tile of r rows, for the last rows of C.
-constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kRows>());
+// [r - 1]: the tile of r rows, for the last rows of C; B packed or gathered.
+constexpr auto kPackedTiles = MakeTiles<false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kGatheredTiles = MakeTiles<true>(std::make_integer_sequence<int, kRows>());
 
 // The activation and residual of rows [0, rows) x columns [0, cols) of c
 // (the bias went in with the first products).
@@ -114,7 +123,9 @@ void Block(const Problem& p, const Epilogue& e) {
     const int64_t depth = std::min(kDepth, p.k - t0);
     const bool load = t0 > 0 || e.accumulate;
     for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
-      const float* b = p.packed_b + j0 * p.k + t0 * kPanel;  // panel j0 / kPanel, row t0
+      // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
+      const float* b = p.b_rows ? p.packed_b + j0 : p.packed_b + j0 * p.k + t0 * kPanel;
+      const int64_t* b_rows = p.b_rows ? p.b_rows + t0 : nullptr;
       const int64_t cols = std::min(kPanel, p.n - j0);
       const bool first = t0 == 0;  // the bias goes in with the first slice of products
       const float* col_bias = first && e.bias && !e.bias_per_row ? e.bias + j0 : nullptr;
@@ -125,15 +136,15 @@ void Block(const Problem& p, const Epilogue& e) {
       }
       for (int64_t i0 = 0; i0 < p.m; i0 += kRows) {
         const int64_t rows = std::min<int64_t>(kRows, p.m - i0);
-        const TileFn tile = kTiles[size_t(rows - 1)];
+        const TileFn tile = (p.b_rows ? kGatheredTiles : kPackedTiles)[size_t(rows - 1)];
         const float* a = p.a + i0 * p.lda + t0;
         const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
         float* c = p.c + i0 * p.ldc + j0;
         if (cols == kPanel) {
-          tile(a, p.lda, b, depth, c, p.ldc, load, col_bias, row_bias);
+          tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias);
         } else {
           for (int64_t r = 0; r < rows && load; ++r) std::memcpy(edge + r * kPanel, c + r * p.ldc, size_t(cols) * 4);
-          tile(a, p.lda, b, depth, edge, kPanel, load, col_bias, row_bias);
+          tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias);
           for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
         }
       }
@@ -200,7 +211,7 @@ void multiply(const Problem& p, const Epilogue& e, bool parallel) {
         q.m = std::min(std::min(u + kTileUnits, u1) * kUnit, p.m) - i0;
         q.n = std::min(std::min(c + kTilePanels, c1) * w, p.n) - j0;
         q.a += i0 * p.lda;
-        q.packed_b += j0 * p.k;
+        q.packed_b += p.b_rows ? j0 : j0 * p.k;
         q.c += i0 * p.ldc + j0;
         Epilogue f = e;
         if (e.bias) f.bias += e.bias_per_row ? i0 : j0;

@@ -50,6 +50,11 @@ struct Epilogue {
 
 // C[i, j] = sum over t < k of A[i, t] * B[t, j], for i < m and j < n. A is
 // row-major with row stride lda; B is packed (pack()); C has row stride ldc.
+//
+// With b_rows, B is read where it lies instead: row t is the n contiguous
+// floats at packed_b + b_rows[t], and n must be a multiple of panel_width().
+// A convolution's input patches are such rows of its (padded) input, so
+// they need no im2col copy.
 struct Problem {
   int64_t m, n, k;
   const float* a;
@@ -57,6 +62,7 @@ struct Problem {
   const float* packed_b;
   float* c;
   int64_t ldc;
+  const int64_t* b_rows = nullptr;
 };
 
 // One thread's share: every row of A against columns [0, n) of packed B.
