@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "cli/commands.h"
 #include "npy/npy.h"
@@ -81,16 +82,23 @@ Status write_profile(const RunOptions& opt, const RunReport& report) {
   return ok_status();
 }
 
-// Prints each output and, with --output-dir, saves it as .npy.
 template <typename Values>  // Graph's or Plan's outputs()
-Status report_outputs(const RunOptions& opt, const Values& names, const std::vector<Tensor>& outputs) {
+std::vector<std::string> output_names(const Values& outputs) {
+  std::vector<std::string> names;
+  for (const auto* v : outputs) names.push_back(v->name);
+  return names;
+}
+
+// Prints each output and, with --output-dir, saves it as .npy.
+Status report_outputs(const RunOptions& opt, const std::vector<std::string>& names,
+                      const std::vector<Tensor>& outputs) {
   if (!opt.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.output_dir, ec);
     if (ec) return invalid_argument("--output-dir {}: {}", opt.output_dir, ec.message());
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string& name = names[i]->name;
+    const std::string& name = names[i];
     fmt::print("{}: {}\n", name, summarize(outputs[i]));
     if (!opt.output_dir.empty()) {
       std::string path = (std::filesystem::path(opt.output_dir) / file_name_for(name)).string();
@@ -131,7 +139,7 @@ Status run_plan_file(const RunOptions& opt) {
     const TensorView& v = plan->output(i);
     outputs.emplace_back(v.dtype, v.shape, v.data, plan);
   }
-  return report_outputs(opt, plan->outputs(), outputs);
+  return report_outputs(opt, output_names(plan->outputs()), outputs);
 }
 
 Status run_model(const RunOptions& opt) {
@@ -152,19 +160,29 @@ Status run_model(const RunOptions& opt) {
     outputs = std::move(run).value();
     if (opt.op_times) print_op_times(exec);
   } else {
-    RunnerOptions options{.mode = mode, .passes = passes, .profile_steps = opt.op_times || !opt.trace.empty()};
-    options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
-    KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create([&] { return load_model(opt.model); }, options));
     {
       EagerExecutor check(g);  // the same messages, naming the input files, as eager mode
       if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
     }
+    RunnerOptions options{.mode = mode, .passes = passes, .profile_steps = opt.op_times || !opt.trace.empty()};
+    options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
+    // The runner's first load is the graph read above (its eager graph), not
+    // a third copy of the weights beside it and the plan's.
+    const std::vector<std::string> names = output_names(g.outputs());
+    std::optional<Graph> loaded(std::move(g));
+    auto load = [&]() -> Result<Graph> {
+      if (!loaded) return load_model(opt.model);
+      Graph first = std::move(*loaded);
+      loaded.reset();
+      return first;
+    };
+    KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create(load, options));
     auto run = runner->run(inputs.tensors);
     if (!run.ok()) return run.status().with_context(opt.model);
-    outputs = std::move(run).value();
     KILN_RETURN_IF_ERROR(write_profile(opt, runner->last_report()));
+    return report_outputs(opt, names, std::move(run).value());
   }
-  return report_outputs(opt, g.outputs(), outputs);
+  return report_outputs(opt, output_names(g.outputs()), outputs);
 }
 
 }  // namespace
