@@ -46,6 +46,37 @@ TEST(ModelRunner, GraphModeCachesOnePlanPerSignature) {
   EXPECT_EQ(r.output_clone_bytes, 0u);
 }
 
+// Graph mode keeps no eager copy of the weights: the first plan compiles the
+// graph create() loaded, and only another signature loads the model again.
+// Auto also runs eagerly, so it keeps that graph and loads one for its plan.
+TEST(ModelRunner, GraphModeLoadsTheModelOncePerPlan) {
+  for (ExecutionMode mode : {ExecutionMode::kGraph, ExecutionMode::kAuto}) {
+    int loads = 0;
+    auto counted = [&] {
+      ++loads;
+      return small_model();
+    };
+    auto runner = ModelRunner::create(counted, {.mode = mode});
+    ASSERT_TRUE(runner.ok());
+    EXPECT_EQ(loads, 1);
+    for (int64_t batch : {3, 3}) {
+      auto out = (*runner)->run({{"x", ones(batch)}});
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      EXPECT_EQ((*out)[0].data<float>()[0], 16.0f);
+    }
+    EXPECT_EQ(loads, mode == ExecutionMode::kGraph ? 1 : 2) << execution_mode_name(mode);
+    auto other = (*runner)->run({{"x", ones(5)}});
+    ASSERT_TRUE(other.ok()) << other.status().message();
+    EXPECT_EQ(loads, mode == ExecutionMode::kGraph ? 2 : 3) << execution_mode_name(mode);
+    // The inputs are still checked in graph mode, against the model's.
+    auto wrong = (*runner)->run({{"x", ones(2)}, {"z", ones(2)}});
+    EXPECT_FALSE(wrong.ok());
+    auto missing = (*runner)->run({});
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().message().find("input 'x' is missing"), std::string::npos) << missing.status().message();
+  }
+}
+
 TEST(ModelRunner, SafeOutputClonesAndCountsTheBytes) {
   auto runner = ModelRunner::create(small_model, {.mode = ExecutionMode::kGraph, .safe_output = true});
   ASSERT_TRUE(runner.ok());

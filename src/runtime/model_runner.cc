@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 namespace kiln {
 
@@ -42,6 +44,17 @@ ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options, Graph graph)
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options) {
   KILN_ASSIGN_OR_RETURN(Graph graph, load());
+  if (options.mode == ExecutionMode::kGraph) {
+    // Graph mode never runs eagerly: the executor keeps only the model's
+    // inputs (for the input checks and the symbolic dims), and the first plan
+    // compiles the graph loaded here, so no second copy of the weights lives
+    // beside the plan's.
+    Graph inputs;
+    for (const Value* v : graph.inputs()) inputs.add_input(v->name, v->dtype, v->shape);
+    std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(load), std::move(options), std::move(inputs)));
+    runner->first_graph_ = std::move(graph);
+    return runner;
+  }
   // Eager mode runs the unfused graph in the same precision as the plans.
   KILN_RETURN_IF_ERROR(assign_precision(graph, options.passes.precision, nullptr));
   return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(load), std::move(options), std::move(graph)));
@@ -58,8 +71,12 @@ Result<std::shared_ptr<Plan>> ModelRunner::plan_for(const NamedTensors& inputs) 
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& [name, t] : inputs) shapes.emplace_back(name, t.shape());
   KILN_ASSIGN_OR_RETURN(auto dims, input_dims(eager_graph_, shapes));
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_());
-  KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(graph), {.dims = dims, .passes = options_.passes}));
+  std::optional<Graph> graph = std::exchange(first_graph_, std::nullopt);
+  if (!graph) {
+    KILN_ASSIGN_OR_RETURN(Graph loaded, load_());
+    graph = std::move(loaded);
+  }
+  KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(*graph), {.dims = dims, .passes = options_.passes}));
   stats_.compile_ms += plan->stats().compile_ms;
   report_.compile_ms += plan->stats().compile_ms;
   std::shared_ptr<Plan> shared = std::move(plan);

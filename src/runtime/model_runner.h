@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,8 @@ class ModelRunner {
   using GraphLoader = std::function<Result<Graph>()>;
 
   // `load` makes a fresh copy of the model graph (each plan compiles and
-  // rewrites its own).
+  // rewrites its own). In graph mode the first plan compiles the copy
+  // create() loads, so one signature's run loads the model once.
   static Result<std::unique_ptr<ModelRunner>> create(GraphLoader load, RunnerOptions options);
 
   Result<std::vector<Tensor>> run(const NamedTensors& inputs);
@@ -74,8 +76,9 @@ class ModelRunner {
 
   GraphLoader load_;
   RunnerOptions options_;
-  Graph eager_graph_;
+  Graph eager_graph_;  // graph mode: the model's inputs only
   EagerExecutor eager_;
+  std::optional<Graph> first_graph_;  // graph mode: create()'s load, until the first plan compiles it
   std::map<std::string, std::shared_ptr<Plan>> plans_;  // shared with the output views
   std::map<std::string, ExecutionMode> chosen_;  // auto's decision per signature
   ExecutionMode last_mode_ = ExecutionMode::kEager;
