@@ -52,15 +52,18 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({2, 64, 96}), x({96, 80}), f32({80}), f32({2, 64, 80})}},
       {"Linear swish (QuickGELU)", OpKind::kLinear, a({{"activation", std::string("swish")}, {"alpha", 1.702f}}),
        {x({9, 33}), x({33, 20}), f32({20})}},
-      {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({24, 16, 3, 3}), f32({24})}},
+      // Convs with at least 32 output channels per group (fewer run in f32).
+      {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({40, 16, 3, 3}), f32({40})}},
       {"Conv stride 2 no bias", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}),
-       {x({1, 8, 11, 10}), x({8, 8, 3, 3})}},
+       {x({1, 8, 11, 10}), x({32, 8, 3, 3})}},
       {"Conv groups", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"group", int64_t(2)}}),
-       {x({1, 4, 6, 6}), x({6, 2, 3, 3}), f32({6})}},
+       {x({1, 4, 6, 6}), x({64, 2, 3, 3}), f32({64})}},
       {"Conv 1-d", OpKind::kConv, a({{"kernel_shape", Ints{3}}, {"pads", Ints{1, 1}}}),
-       {x({2, 3, 11}), x({4, 3, 3}), f32({4})}},
+       {x({2, 3, 11}), x({32, 3, 3}), f32({32})}},
       {"kiln.Conv gelu + residual", OpKind::kFusedConv, conv3_gelu,
-       {x({2, 8, 9, 9}), x({16, 8, 3, 3}), f32({16}), f32({2, 16, 9, 9})}},
+       {x({2, 8, 9, 9}), x({48, 8, 3, 3}), f32({48}), f32({2, 48, 9, 9})}},
+      {"Conv 4 outputs (f32: no bf16 path below 32 output channels)", OpKind::kConv, conv3,
+       {x({1, 16, 8, 8}), x({4, 16, 3, 3}), f32({4})}},
       // Attention also rounds the probabilities to bf16 before P V: never
       // exact (kAttentionTolerance). Sizes past one 128-row tile and one
       // 512-key block, so short last tiles and online softmax are covered;
