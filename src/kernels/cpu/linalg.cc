@@ -900,7 +900,8 @@ Status blocked_bf16_conv(KernelContext& ctx, const memory::desc& wd, const memor
   const memory::desc xd = plain_desc(x.shape), yd = plain_desc(y.shape);
   auto any = [](const memory::desc& d, dt type) { return memory::desc(d.dims(), type, memory::format_tag::any); };
   const memory::desc bd = bias ? plain_desc(bias->shape) : memory::desc();
-  dnnl::primitive_attr attr = ctx.node->op == OpKind::kFusedConv ? epilogue_attr(ctx, yd, false) : user_scratchpad_attr();
+  const bool fused = ctx.node->op == OpKind::kFusedConv;  // its activation a post-op, its residual the sum below
+  const dnnl::primitive_attr attr = fused ? epilogue_attr(ctx, yd, false) : user_scratchpad_attr();
   const dnnl::convolution_forward::primitive_desc pd(
       {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(xd, dt::bf16), any(wd, dt::bf16),
        bd, any(yd, dt::f32), strides, dilates, pad_l, pad_r},
@@ -1035,7 +1036,9 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   ws.insert(ws.end(), kernel_strides.begin(), kernel_strides.end());
 
   if (bf16 && onednn_has_bf16())
-    return guard_dnnl(ctx, [&] { return blocked_bf16_conv(ctx, strided_desc(wd, ws), strides, dilates, pad_l, pad_r); });
+    return guard_dnnl(ctx, [&] {
+      return blocked_bf16_conv(ctx, strided_desc(wd, ws), strides, dilates, pad_l, pad_r);
+    });
   return guard_dnnl(ctx, [&] {
     memory::desc xd = plain_desc(x.shape), yd = plain_desc(window), wmd = strided_desc(wd, ws);
     memory::desc packed_wmd = weights_desc(ctx, 1, wmd);
