@@ -6,7 +6,6 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <optional>
 
 #include "cli/commands.h"
 #include "npy/npy.h"
@@ -166,17 +165,11 @@ Status run_model(const RunOptions& opt) {
     }
     RunnerOptions options{.mode = mode, .passes = passes, .profile_steps = opt.op_times || !opt.trace.empty()};
     options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
-    // The runner's first load is the graph read above (its eager graph), not
-    // a third copy of the weights beside it and the plan's.
+    // The graph read above is the runner's first load, not a copy of the
+    // weights kept beside the runner's.
     const std::vector<std::string> names = output_names(g.outputs());
-    std::optional<Graph> loaded(std::move(g));
-    auto load = [&]() -> Result<Graph> {
-      if (!loaded) return load_model(opt.model);
-      Graph first = std::move(*loaded);
-      loaded.reset();
-      return first;
-    };
-    KILN_ASSIGN_OR_RETURN(auto runner, ModelRunner::create(load, options));
+    KILN_ASSIGN_OR_RETURN(auto runner,
+                          ModelRunner::create([&] { return load_model(opt.model); }, options, std::move(g)));
     auto run = runner->run(inputs.tensors);
     if (!run.ok()) return run.status().with_context(opt.model);
     KILN_RETURN_IF_ERROR(write_profile(opt, runner->last_report()));

@@ -42,8 +42,13 @@ ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options, Graph graph)
     : load_(std::move(load)), options_(std::move(options)), eager_graph_(std::move(graph)),
       eager_(eager_graph_) {}
 
-Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options) {
-  KILN_ASSIGN_OR_RETURN(Graph graph, load());
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options,
+                                                         std::optional<Graph> loaded) {
+  if (!loaded) {
+    KILN_ASSIGN_OR_RETURN(Graph first, load());
+    loaded = std::move(first);
+  }
+  Graph graph = std::move(*loaded);
   if (options.mode == ExecutionMode::kGraph) {
     // Graph mode never runs eagerly: the executor keeps only the model's
     // inputs (for the input checks and the symbolic dims), and the first plan

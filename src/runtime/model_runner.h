@@ -55,9 +55,11 @@ class ModelRunner {
   using GraphLoader = std::function<Result<Graph>()>;
 
   // `load` makes a fresh copy of the model graph (each plan compiles and
-  // rewrites its own). In graph mode the first plan compiles the copy
-  // create() loads, so one signature's run loads the model once.
-  static Result<std::unique_ptr<ModelRunner>> create(GraphLoader load, RunnerOptions options);
+  // rewrites its own). `loaded`, a copy the caller read already, serves as
+  // the first load. In graph mode the first plan compiles the first load, so
+  // one signature's run holds one copy of the weights.
+  static Result<std::unique_ptr<ModelRunner>> create(GraphLoader load, RunnerOptions options,
+                                                     std::optional<Graph> loaded = std::nullopt);
 
   Result<std::vector<Tensor>> run(const NamedTensors& inputs);
 

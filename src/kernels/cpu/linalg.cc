@@ -144,6 +144,13 @@ memory::data_type bf16_storage() {
   return onednn_has_bf16() ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
+// Re-points a oneDNN memory object at this call's buffer.
+Status point(const KernelContext& ctx, const memory& mem, const void* data) {
+  if (dnnl_memory_set_data_handle(mem.get(), const_cast<void*>(data)) != dnnl_success)
+    return internal_error("{}: oneDNN refused a buffer", node_label(*ctx.node));
+  return ok_status();
+}
+
 Status replay(KernelContext& ctx, const DnnlReplay& r) {
   for (const DnnlReplay::Arg& a : r.args) {
     void* data = nullptr;
@@ -160,8 +167,7 @@ Status replay(KernelContext& ctx, const DnnlReplay& r) {
         break;
       }
     }
-    if (dnnl_memory_set_data_handle(a.mem.get(), data) != dnnl_success)
-      return internal_error("{}: oneDNN refused a buffer", node_label(*ctx.node));
+    KILN_RETURN_IF_ERROR(point(ctx, a.mem, data));
   }
   if (dnnl_primitive_execute(r.primitive.get(), ctx.cpu->stream.get(), int(r.c_args.size()),
                              r.c_args.data()) != dnnl_success)
@@ -325,9 +331,14 @@ Status run_matmul_bf16(KernelContext& ctx, const Shape& a_dims, const Shape& a_s
   return execute<dnnl::matmul>(ctx, pd, std::move(args), rounded);
 }
 
-Result<float*> scratch_floats(KernelContext& ctx, int64_t count, std::string_view what) {
-  void* p = ctx.workspace->scratch(size_t(count) * sizeof(float));
+Result<void*> scratch_bytes(KernelContext& ctx, size_t bytes, std::string_view what) {
+  void* p = ctx.workspace->scratch(bytes);
   if (!p) return resource_exhausted("{}: no scratch for {}", node_label(*ctx.node), what);
+  return p;
+}
+
+Result<float*> scratch_floats(KernelContext& ctx, int64_t count, std::string_view what) {
+  KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(count) * sizeof(float), what));
   return static_cast<float*>(p);
 }
 
@@ -653,6 +664,25 @@ void pack_patches(const ConvGeometry& g, const float* x, int64_t p0, int64_t cou
   }
 }
 
+// A convolution's output channels in groups, one task per group and chunk of
+// pixels: one group while the pixel tasks keep every thread busy, else up to
+// one per thread (of 16 channels or more).
+struct ChannelGroups {
+  int64_t count = 1, size = 0;
+  ChannelGroups(int64_t pixel_tasks, int64_t channels) {
+    const int64_t threads = thread_slots();
+    if (pixel_tasks < threads) count = std::min(threads, (channels + 15) / 16);
+    size = (channels + count - 1) / count;
+  }
+};
+
+// The epilogue of the task writing output channels from c0 on at y + y_offset.
+gemm::Epilogue epilogue_at(gemm::Epilogue e, int64_t c0, int64_t y_offset) {
+  if (e.bias) e.bias += c0;
+  if (e.residual) e.residual += y_offset;
+  return e;
+}
+
 // Y[image] = W [OC, K] x patches [K, pixels], in tasks of one image, one
 // chunk of pixels (packed into the thread's scratch) and one group of output
 // channels; the bias (per channel), activation and residual ride along.
@@ -662,10 +692,9 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels;
   const int64_t chunk = 4 * gemm::panel_width();
   const int64_t chunks = (pixels + chunk - 1) / chunk, pixel_tasks = g.batch * chunks;
-  // Too few pixel chunks to keep every thread busy: split the channels too.
   const int64_t threads = thread_slots();
-  const int64_t channel_groups = pixel_tasks >= threads ? 1 : std::min(threads, (oc + 15) / 16);
-  const int64_t group_size = (oc + channel_groups - 1) / channel_groups;
+  const ChannelGroups groups(pixel_tasks, oc);  // fewer chunks than threads: the channels split too
+  const int64_t channel_groups = groups.count, group_size = groups.size;
   const int64_t chunk_floats = gemm::packed_floats(k, chunk);
   KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, threads * chunk_floats, "input patches"));
   const gemm::Epilogue epilogue = fused_epilogue(ctx, true);
@@ -692,10 +721,8 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
     float* packed = scratch + (shared ? pixel_task : omp_get_thread_num()) * chunk_floats;
     if (!shared) patches_of(pixel_task, 0, g.in_channels, packed);
     const int64_t y_offset = (image * oc + c0) * pixels + p0;
-    gemm::Epilogue e = epilogue;
-    if (e.bias) e.bias += c0;
-    if (e.residual) e.residual += y_offset;
-    gemm::block({channels, std::min(chunk, pixels - p0), k, w + c0 * k, k, packed, y + y_offset, pixels}, e);
+    gemm::block({channels, std::min(chunk, pixels - p0), k, w + c0 * k, k, packed, y + y_offset, pixels},
+                epilogue_at(epilogue, c0, y_offset));
   });
   return ok_status();
 }
@@ -768,15 +795,15 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t band = std::clamp<int64_t>(g.batch * g.out_height / (4 * threads), 1, 8);
   const int64_t bands = (g.out_height + band - 1) / band, band_floats = (band + reach) * row_stride;
   KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, threads * band_floats, "the padded input rows"));
-  auto* b_rows = static_cast<int64_t*>(ctx.workspace->scratch(size_t(k) * sizeof(int64_t)));
-  if (!b_rows) return resource_exhausted("{}: no scratch for the patch row offsets", node_label(*ctx.node));
+  KILN_ASSIGN_OR_RETURN(void* offsets, scratch_bytes(ctx, size_t(k) * sizeof(int64_t), "the patch row offsets"));
+  auto* b_rows = static_cast<int64_t*>(offsets);
   for (int64_t c = 0, t = 0; c < g.in_channels; ++c)
     for (int64_t r = 0; r < g.kernel_h; ++r)
       for (int64_t s = 0; s < g.kernel_w; ++s)
         b_rows[t++] = r * g.dilation_h * row_stride + c * padded_w + s * g.dilation_w;
   const int64_t band_tasks = g.batch * bands;
-  const int64_t channel_groups = band_tasks >= threads ? 1 : std::min(threads, (oc + 15) / 16);
-  const int64_t group_size = (oc + channel_groups - 1) / channel_groups;
+  const ChannelGroups groups(band_tasks, oc);
+  const int64_t channel_groups = groups.count, group_size = groups.size;
   const gemm::Epilogue epilogue = fused_epilogue(ctx, true);
   parallel_for(band_tasks * channel_groups, g.batch * oc * pixels * k > kParallelWork, [&](int64_t task) {
     const int64_t image = task / channel_groups / bands, row0 = task / channel_groups % bands * band;
@@ -800,12 +827,9 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
     }
     for (int64_t row = row0; row < row0 + rows; ++row) {
       const int64_t y_offset = (image * oc + c0) * pixels + row * g.out_width;
-      gemm::Epilogue e = epilogue;
-      if (e.bias) e.bias += c0;
-      if (e.residual) e.residual += y_offset;
       gemm::block({channels, g.out_width, k, w + c0 * k, k, padded + (row - row0) * row_stride, y + y_offset,
                    pixels, b_rows},
-                  e);
+                  epilogue_at(epilogue, c0, y_offset));
     }
   });
   return ok_status();
@@ -842,17 +866,11 @@ struct BlockedBf16Conv final : KernelState {
   bool copies_input(size_t index) const override { return owns_weight && index == 1; }
 };
 
-Status point(const KernelContext& ctx, const memory& mem, const void* data) {
-  if (dnnl_memory_set_data_handle(mem.get(), const_cast<void*>(data)) != dnnl_success)
-    return internal_error("{}: oneDNN refused a buffer", node_label(*ctx.node));
-  return ok_status();
-}
-
+// Scratch for a oneDNN memory object's data (null when it has none).
 Result<void*> scratch_for(KernelContext& ctx, const memory& mem, std::string_view what) {
   const size_t bytes = mem.get_desc().get_size();
-  void* p = bytes ? ctx.workspace->scratch(bytes) : nullptr;
-  if (bytes && !p) return resource_exhausted("{}: no scratch for {}", node_label(*ctx.node), what);
-  return p;
+  if (!bytes) return nullptr;
+  return scratch_bytes(ctx, bytes, what);
 }
 
 // One call: every buffer re-pointed at this call's tensors and scratch.
