@@ -140,6 +140,10 @@ TEST(Fused, Linear) {
             {f32({2, 128, 256}), f32({256, 192}), f32({192}), f32({2, 128, 192})}, 1, 1e-4});
   check_op_both({"ragged, deep", OpKind::kLinear, attrs({{"activation", std::string("gelu_tanh")}}),
                  {f32({13, 300}), f32({300, 70}), f32({70}), f32({13, 70})}, 1, 1e-4});
+  // Past one K slice of the GEMM (16384): the activation and the residual
+  // once, after the last slice's products, not after each.
+  check_op_both({"past one K slice", OpKind::kLinear, attrs({{"activation", std::string("gelu_tanh")}}),
+                 {f32({3, 16500}), f32({16500, 40}), f32({40}), f32({3, 40})}, 1, 1e-4});
 }
 
 }  // namespace

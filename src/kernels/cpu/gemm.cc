@@ -29,6 +29,8 @@
 
 #include <hwy/highway.h>
 
+#include "kernels/cpu/unary_ops-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln::gemm {
 namespace HWY_NAMESPACE {
@@ -105,14 +107,31 @@ constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
 constexpr auto kPackedTiles = MakeTiles<false>(std::make_integer_sequence<int, kRows>());
 constexpr auto kGatheredTiles = MakeTiles<true>(std::make_integer_sequence<int, kRows>());
 
-// The activation and residual of rows [0, rows) x columns [0, cols) of c
-// (the bias went in with the first products).
-void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = c + r * ldc;
-    if (e.activate) simd::unary_f32(e.activation, row, row, size_t(cols), e.params);
-    if (e.residual) simd::binary_f32(simd::BinaryF32::kAdd, row, 1, e.residual + r * ldc, 1, row, size_t(cols));
-  }
+// The activation and residual of rows [0, rows) x columns [0, cols) of c,
+// run on each tile as soon as its last products are stored, while it is in
+// L1 (the bias went in with the first products). `residual` is the tile's
+// corner of the residual, shaped and strided like c.
+struct Identity {
+  HWY_INLINE V operator()(D, V x) const { return x; }
+};
+void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e, const float* residual) {
+  auto finish = [&](const auto& activation) {
+    const D d;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = c + r * ldc;
+      const float* add = residual ? residual + r * ldc : nullptr;
+      int64_t j = 0;
+      for (; j + kLanes <= cols; j += kLanes) {
+        const V y = activation(d, hn::LoadU(d, row + j));
+        hn::StoreU(add ? hn::Add(y, hn::LoadU(d, add + j)) : y, d, row + j);
+      }
+      if (j == cols) continue;
+      simd::HWY_NAMESPACE::unary_loop(row + j, row + j, size_t(cols - j), activation);
+      for (; add && j < cols; ++j) row[j] += add[j];
+    }
+  };
+  if (e.activate) simd::HWY_NAMESPACE::visit_unary(e.activation, e.params, finish);
+  else finish(Identity());
 }
 
 void Block(const Problem& p, const Epilogue& e) {
@@ -122,6 +141,7 @@ void Block(const Problem& p, const Epilogue& e) {
   for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += kDepth) {
     const int64_t depth = std::min(kDepth, p.k - t0);
     const bool load = t0 > 0 || e.accumulate;
+    const bool finish = t0 + depth >= p.k && (e.activate || e.residual);
     for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
       // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
       const float* b = p.b_rows ? p.packed_b + j0 : p.packed_b + j0 * p.k + t0 * kPanel;
@@ -147,11 +167,10 @@ void Block(const Problem& p, const Epilogue& e) {
           tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias);
           for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
         }
+        if (finish) Finish(c, p.ldc, rows, cols, e, e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
       }
     }
   }
-  // Whole rows at once: one call per row, while the block is still in cache.
-  if (e.activate || e.residual) Finish(p.c, p.ldc, p.m, p.n, e);
 }
 
 }  // namespace HWY_NAMESPACE

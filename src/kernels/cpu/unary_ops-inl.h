@@ -1,0 +1,218 @@
+// The f32 unary ops of kernels/cpu/elementwise_simd.h as per-target Highway
+// functors, for every loop that applies one: elementwise_simd.cc's rows and
+// gemm.cc's epilogue, which activates each tile while it is in L1. Include
+// it after <hwy/foreach_target.h> (it is re-included once per target).
+//
+//   simd::HWY_NAMESPACE::visit_unary(op, params, [&](const auto& f) {
+//     simd::HWY_NAMESPACE::unary_loop(x, y, n, f);
+//   });
+// NOLINTBEGIN(llvm-header-guard): Highway's per-target include guard
+#if defined(KILN_KERNELS_CPU_UNARY_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KILN_KERNELS_CPU_UNARY_OPS_INL_H_
+#undef KILN_KERNELS_CPU_UNARY_OPS_INL_H_
+#else
+#define KILN_KERNELS_CPU_UNARY_OPS_INL_H_
+#endif
+// NOLINTEND(llvm-header-guard)
+
+#include <math.h>
+
+#include <algorithm>
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "kernels/cpu/elementwise_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// libm on every lane, for the rare vectors outside a fast formula's range.
+HWY_INLINE V per_lane(D d, V x, float (*fn)(float)) {
+  float buf[kMaxLanes];
+  hn::StoreU(x, d, buf);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = fn(buf[i]);
+  return hn::LoadU(d, buf);
+}
+
+struct SqrtOp {
+  HWY_INLINE V operator()(D, V x) const { return hn::Sqrt(x); }
+};
+struct ReciprocalOp {
+  HWY_INLINE V operator()(D d, V x) const { return hn::Div(hn::Set(d, 1.0f), x); }
+};
+struct NegOp {
+  HWY_INLINE V operator()(D, V x) const { return hn::Neg(x); }
+};
+struct AbsOp {
+  HWY_INLINE V operator()(D, V x) const { return hn::Abs(x); }
+};
+struct ExpOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    // Highway's Exp is wrong past 104 and maps NaN to 0.
+    if (HWY_LIKELY(hn::AllTrue(d, hn::Le(x, hn::Set(d, 88.0f))))) return hn::Exp(d, x);
+    return per_lane(d, x, ::expf);
+  }
+};
+struct LogOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    // Highway's Log is defined on (0, inf) only.
+    if (HWY_LIKELY(hn::AllTrue(d, hn::And(hn::Gt(x, hn::Zero(d)), hn::IsFinite(x)))))
+      return hn::Log(d, x);
+    return per_lane(d, x, ::logf);
+  }
+};
+struct SinOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    // Highway's Sin/Cos reduce the argument accurately only up to 39000.
+    if (HWY_LIKELY(hn::AllTrue(d, hn::Le(hn::Abs(x), hn::Set(d, 39000.0f)))))
+      return hn::Sin(d, x);
+    return per_lane(d, x, ::sinf);
+  }
+};
+struct CosOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    if (HWY_LIKELY(hn::AllTrue(d, hn::Le(hn::Abs(x), hn::Set(d, 39000.0f)))))
+      return hn::Cos(d, x);
+    return per_lane(d, x, ::cosf);
+  }
+};
+struct TanhOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    return hn::IfThenElse(hn::IsNaN(x), x, hn::Tanh(d, x));
+  }
+};
+struct SigmoidOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    // e = exp(-|x|) never overflows; sigmoid(x) = 1/(1+e) for x >= 0 and
+    // e/(1+e) below, which keeps full relative precision for negative x.
+    const V one = hn::Set(d, 1.0f);
+    const V e = hn::Exp(d, hn::Neg(hn::Abs(x)));
+    const V r = hn::Div(one, hn::Add(one, e));
+    const V y = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Mul(e, r), r);
+    return hn::IfThenElse(hn::IsNaN(x), x, y);
+  }
+};
+// erf(x) = x P(x^2) for |x| <= 1, else 1 - exp(-x^2) Q(1 / (1 + |x|/2)); P and
+// Q are least-squares fits (relative error 1.8e-7 in f32, 1.5 ulp).
+struct ErfOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    const V one = hn::Set(d, 1.0f);
+    const V ax = hn::Abs(x);
+    const V x2 = hn::Mul(x, x);
+    V p = hn::Set(d, -0.000564589631f);
+    p = hn::MulAdd(p, x2, hn::Set(d, 0.00492130406f));
+    p = hn::MulAdd(p, x2, hn::Set(d, -0.0267147645f));
+    p = hn::MulAdd(p, x2, hn::Set(d, 0.112803131f));
+    p = hn::MulAdd(p, x2, hn::Set(d, -0.376123458f));
+    p = hn::MulAdd(p, x2, hn::Set(d, 1.12837911f));
+    const V small = hn::Mul(ax, p);
+    const V t = hn::Div(one, hn::MulAdd(ax, hn::Set(d, 0.5f), one));
+    V q = hn::Set(d, -0.216092438f);
+    q = hn::MulAdd(q, t, hn::Set(d, 0.597820342f));
+    q = hn::MulAdd(q, t, hn::Set(d, -0.0237317402f));
+    q = hn::MulAdd(q, t, hn::Set(d, 0.375636131f));
+    q = hn::MulAdd(q, t, hn::Set(d, 0.265153855f));
+    q = hn::MulAdd(q, t, hn::Set(d, 0.00126527355f));
+    const V large = hn::NegMulAdd(hn::Exp(d, hn::Neg(x2)), q, one);
+    const V y = hn::CopySign(hn::IfThenElse(hn::Le(ax, one), small, large), x);
+    return hn::IfThenElse(hn::IsNaN(x), x, y);
+  }
+};
+// GELU, exact: x/2 (1 + erf(x/sqrt2)).
+struct GeluOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    const V half_x = hn::Mul(x, hn::Set(d, 0.5f));
+    return hn::MulAdd(half_x, ErfOp()(d, hn::Mul(x, hn::Set(d, 0.70710678118654752f))), half_x);
+  }
+};
+// GELU, tanh form: x/2 (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3),
+// computed as x / (1 + exp(-2z)), the same function: one Exp and a divide
+// instead of Tanh's Expm1, divide and range selects. -2z is capped at 88,
+// where Highway's Exp is still right: x / 1.7e38 is -0 for any such x.
+struct GeluTanhOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    const V x3 = hn::Mul(hn::Mul(x, x), x);
+    const V minus_2z = hn::Mul(hn::MulAdd(x3, hn::Set(d, 0.044715f), x), hn::Set(d, -1.5957691216057308f));
+    return hn::Div(x, hn::Add(hn::Set(d, 1.0f), hn::Exp(d, hn::Min(minus_2z, hn::Set(d, 88.0f)))));
+  }
+};
+// x sigmoid(alpha x): SiLU at alpha 1, CLIP's quick GELU at 1.702.
+struct SiluOp {
+  float alpha;
+  HWY_INLINE V operator()(D d, V x) const { return hn::Mul(x, SigmoidOp()(d, hn::Mul(x, hn::Set(d, alpha)))); }
+};
+struct ReluOp {
+  HWY_INLINE V operator()(D d, V x) const {
+    return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
+  }
+};
+struct LeakyReluOp {
+  float alpha;
+  HWY_INLINE V operator()(D d, V x) const {
+    return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Mul(x, hn::Set(d, alpha)), x);
+  }
+};
+struct ClipOp {
+  float lo, hi;
+  HWY_INLINE V operator()(D d, V x) const {
+    // Compares rather than Min/Max so that NaN passes through and lo > hi gives hi (ONNX).
+    const V l = hn::Set(d, lo), h = hn::Set(d, hi);
+    const V y = hn::IfThenElse(hn::Lt(x, l), l, x);
+    return hn::IfThenElse(hn::Gt(y, h), h, y);
+  }
+};
+
+template <class Op>
+HWY_INLINE void unary_loop(const float* x, float* y, size_t n, const Op& op) {
+  const D d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(op(d, hn::LoadU(d, x + i)), d, y + i);
+  if (i == n) return;
+  // The tail goes through a full vector padded with a real element, so the
+  // padding never sends a vector down a slow path.
+  float buf[kMaxLanes];
+  std::fill(buf, buf + N, x[n - 1]);
+  std::copy(x + i, x + n, buf);
+  hn::StoreU(op(d, hn::LoadU(d, buf)), d, buf);
+  std::copy(buf, buf + (n - i), y + i);
+}
+
+// Calls fn with the op for `op` (one of the structs above): code that applies
+// an activation instantiates its loop once per op and picks one per call.
+template <class Fn>
+HWY_INLINE void visit_unary(UnaryF32 op, const UnaryF32Params& p, const Fn& fn) {
+  switch (op) {
+    case UnaryF32::kSqrt: return fn(SqrtOp());
+    case UnaryF32::kReciprocal: return fn(ReciprocalOp());
+    case UnaryF32::kNeg: return fn(NegOp());
+    case UnaryF32::kAbs: return fn(AbsOp());
+    case UnaryF32::kExp: return fn(ExpOp());
+    case UnaryF32::kLog: return fn(LogOp());
+    case UnaryF32::kErf: return fn(ErfOp());
+    case UnaryF32::kTanh: return fn(TanhOp());
+    case UnaryF32::kSigmoid: return fn(SigmoidOp());
+    case UnaryF32::kRelu: return fn(ReluOp());
+    case UnaryF32::kLeakyRelu: return fn(LeakyReluOp{p.alpha});
+    case UnaryF32::kClip: return fn(ClipOp{p.lo, p.hi});
+    case UnaryF32::kCos: return fn(CosOp());
+    case UnaryF32::kSin: return fn(SinOp());
+    case UnaryF32::kGelu: return fn(GeluOp());
+    case UnaryF32::kGeluTanh: return fn(GeluTanhOp());
+    case UnaryF32::kSilu: return fn(SiluOp{p.alpha});
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
