@@ -1,5 +1,6 @@
 #include "runtime/model_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -10,6 +11,14 @@ namespace kiln {
 namespace {
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A graph of `graph`'s inputs alone: enough for the input checks and the
+// symbolic dims, without the weights.
+Graph inputs_of(const Graph& graph) {
+  Graph inputs;
+  for (const Value* v : graph.inputs()) inputs.add_input(v->name, v->dtype, v->shape);
+  return inputs;
 }
 }  // namespace
 
@@ -38,9 +47,24 @@ std::string signature_of(const NamedTensors& inputs) {
   return s;
 }
 
-ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options, Graph graph)
-    : load_(std::move(load)), options_(std::move(options)), eager_graph_(std::move(graph)),
-      eager_(eager_graph_) {}
+ModelRunner::ModelRunner(GraphLoader load, RunnerOptions options)
+    : load_(std::move(load)), options_(std::move(options)) {}
+
+void ModelRunner::set_eager_graph(Graph graph, bool weights) {
+  eager_.reset();  // it refers to the graph being replaced
+  eager_graph_ = std::move(graph);
+  eager_weights_ = weights;
+  eager_ = std::make_unique<EagerExecutor>(eager_graph_);
+}
+
+Status ModelRunner::load_eager_weights() {
+  if (eager_weights_) return ok_status();
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_());
+  // Eager mode runs the unfused graph in the same precision as the plans.
+  KILN_RETURN_IF_ERROR(assign_precision(graph, options_.passes.precision, nullptr));
+  set_eager_graph(std::move(graph), true);
+  return ok_status();
+}
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options,
                                                          std::optional<Graph> loaded) {
@@ -48,21 +72,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, Runne
     KILN_ASSIGN_OR_RETURN(Graph first, load());
     loaded = std::move(first);
   }
-  Graph graph = std::move(*loaded);
-  if (options.mode == ExecutionMode::kGraph) {
-    // Graph mode never runs eagerly: the executor keeps only the model's
-    // inputs (for the input checks and the symbolic dims), and the first plan
-    // compiles the graph loaded here, so no second copy of the weights lives
-    // beside the plan's.
-    Graph inputs;
-    for (const Value* v : graph.inputs()) inputs.add_input(v->name, v->dtype, v->shape);
-    std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(load), std::move(options), std::move(inputs)));
-    runner->first_graph_ = std::move(graph);
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(load), std::move(options)));
+  if (runner->options_.mode == ExecutionMode::kGraph) {
+    // Graph mode never runs eagerly: the first plan compiles the graph
+    // loaded here, so no second copy of the weights lives beside the plan's.
+    runner->set_eager_graph(inputs_of(*loaded), false);
+    runner->first_graph_ = std::move(loaded);
     return runner;
   }
-  // Eager mode runs the unfused graph in the same precision as the plans.
-  KILN_RETURN_IF_ERROR(assign_precision(graph, options.passes.precision, nullptr));
-  return std::unique_ptr<ModelRunner>(new ModelRunner(std::move(load), std::move(options), std::move(graph)));
+  KILN_RETURN_IF_ERROR(assign_precision(*loaded, runner->options_.passes.precision, nullptr));
+  runner->set_eager_graph(std::move(*loaded), true);
+  return runner;
 }
 
 Result<std::shared_ptr<Plan>> ModelRunner::plan_for(const NamedTensors& inputs) {
@@ -72,7 +92,7 @@ Result<std::shared_ptr<Plan>> ModelRunner::plan_for(const NamedTensors& inputs) 
     return it->second;
   }
   ++stats_.plan_misses;
-  KILN_RETURN_IF_ERROR(eager_.check_inputs(inputs));
+  KILN_RETURN_IF_ERROR(eager_->check_inputs(inputs));
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& [name, t] : inputs) shapes.emplace_back(name, t.shape());
   KILN_ASSIGN_OR_RETURN(auto dims, input_dims(eager_graph_, shapes));
@@ -121,20 +141,33 @@ Result<std::vector<Tensor>> ModelRunner::run_graph(const std::shared_ptr<Plan>& 
   return outputs;
 }
 
-// Auto: one warm-up and one timed run of each mode, the faster kept.
+// Auto: one warm-up and one timed run of each mode, the faster kept. Eager
+// is timed first; unless another signature runs eagerly, its weights go
+// before the plan compiles, so the two copies never coexist.
 Result<ExecutionMode> ModelRunner::choose(const std::string& signature, const NamedTensors& inputs) {
   if (auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, plan_for(inputs));
+  KILN_RETURN_IF_ERROR(load_eager_weights());
   double ms[2] = {0, 0};
   for (int timed = 0; timed < 2; ++timed) {
-    auto start = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(eager_.run(inputs).status());
+    const auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(eager_->run(inputs).status());
     if (timed) ms[0] = ms_since(start);
-    start = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(run_graph(plan, inputs).status());
-    if (timed) ms[1] = ms_since(start);
+  }
+  auto runs_eagerly = [](const auto& entry) { return entry.second == ExecutionMode::kEager; };
+  if (std::none_of(chosen_.begin(), chosen_.end(), runs_eagerly)) set_eager_graph(inputs_of(eager_graph_), false);
+  {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, plan_for(inputs));
+    for (int timed = 0; timed < 2; ++timed) {
+      const auto start = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(run_graph(plan, inputs).status());
+      if (timed) ms[1] = ms_since(start);
+    }
   }
   const ExecutionMode pick = ms[1] <= ms[0] ? ExecutionMode::kGraph : ExecutionMode::kEager;
+  if (pick == ExecutionMode::kEager) {
+    plans_.erase(signature);  // its packed weights with it
+    KILN_RETURN_IF_ERROR(load_eager_weights());
+  }
   if (options_.log)
     options_.log(fmt::format("auto: {} (graph {:.3f} ms, eager {:.3f} ms) for {}", execution_mode_name(pick),
                              ms[1], ms[0], signature));
@@ -153,7 +186,7 @@ Result<std::vector<Tensor>> ModelRunner::run(const NamedTensors& inputs) {
   report_.mode = execution_mode_name(mode);
   if (mode == ExecutionMode::kEager) {
     const auto start = std::chrono::steady_clock::now();
-    auto outputs = eager_.run(inputs);
+    auto outputs = eager_->run(inputs);
     report_.run_ms = ms_since(start);
     return outputs;
   }

@@ -3,7 +3,10 @@
 //   graph  a compiled Plan per input signature, kept in a cache;
 //   auto   on the first call of each signature, times one eager and one
 //          graph run (each after a warm-up run) and keeps the faster,
-//          logging the decision with both timings.
+//          logging the decision with both timings. One copy of the weights
+//          at a time: the eager graph's are let go before the plan compiles
+//          (and read again if eager wins, or for the next signature's
+//          timing), and a plan that loses is dropped.
 //
 //   auto runner = ModelRunner::create([] { return load(); }, {.mode = ExecutionMode::kAuto});
 //   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*runner)->run({{"x", x}}));
@@ -70,16 +73,23 @@ class ModelRunner {
   const RunnerStats& stats() const { return stats_; }
   // The plan for a signature, compiling it on a miss.
   Result<std::shared_ptr<Plan>> plan_for(const NamedTensors& inputs);
+  // Whether the eager executor holds the model's weights (eager mode, and
+  // auto while a signature runs eagerly), not just its inputs.
+  bool holds_eager_weights() const { return eager_weights_; }
 
  private:
-  ModelRunner(GraphLoader load, RunnerOptions options, Graph graph);
+  ModelRunner(GraphLoader load, RunnerOptions options);
   Result<std::vector<Tensor>> run_graph(const std::shared_ptr<Plan>& plan, const NamedTensors& inputs);
   Result<ExecutionMode> choose(const std::string& signature, const NamedTensors& inputs);
+  // The eager graph becomes `graph` (the executor rebuilt over it).
+  void set_eager_graph(Graph graph, bool weights);
+  Status load_eager_weights();
 
   GraphLoader load_;
   RunnerOptions options_;
-  Graph eager_graph_;  // graph mode: the model's inputs only
-  EagerExecutor eager_;
+  Graph eager_graph_;  // the model's inputs only while !eager_weights_
+  bool eager_weights_ = false;
+  std::unique_ptr<EagerExecutor> eager_;  // runs eager_graph_
   std::optional<Graph> first_graph_;  // graph mode: create()'s load, until the first plan compiles it
   std::map<std::string, std::shared_ptr<Plan>> plans_;  // shared with the output views
   std::map<std::string, ExecutionMode> chosen_;  // auto's decision per signature
