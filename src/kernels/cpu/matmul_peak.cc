@@ -24,19 +24,31 @@ namespace {
 // A cache file is a few hundred bytes; anything far larger is not ours.
 constexpr uintmax_t kMaxCacheBytes = 1 << 20;
 
-std::string cpu_model_name() {
+// The CPU as /proc/cpuinfo names its first processor: the model name, and
+// the family, model and stepping, which tell apart CPUs a VM names alike
+// ("AMD EPYC" for a Zen 4 and a Zen 5 host, whose peaks differ twofold).
+std::string cpu_identity() {
   std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(std::min(colon + 2, line.size()));
-    }
-  return "unknown CPU";
+  std::unordered_map<std::string, std::string> fields;
+  for (std::string line; std::getline(in, line) && !line.empty();) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);  // "model\t\t: 2" is "model"
+    fields.emplace(std::move(key), line.substr(std::min(colon + 2, line.size())));
+  }
+  auto field = [&](const char* key) {
+    const auto it = fields.find(key);
+    return it == fields.end() ? std::string("?") : it->second;
+  };
+  if (fields.empty()) return "unknown CPU";
+  return fmt::format("{} (family {} model {} stepping {})", field("model name"), field("cpu family"), field("model"),
+                     field("stepping"));
 }
 
 std::string machine_key() {
   const dnnl_version_t* v = dnnl_version();
-  return fmt::format("{} | {} threads | oneDNN {}.{}.{} | isa {}", cpu_model_name(), omp_get_max_threads(),
+  return fmt::format("{} | {} threads | oneDNN {}.{}.{} | isa {}", cpu_identity(), omp_get_max_threads(),
                      v->major, v->minor, v->patch, int(dnnl::get_effective_cpu_isa()));
 }
 

@@ -5,9 +5,9 @@
 // model runs on, not a datasheet number.
 //
 // Measuring takes about a second per dtype, so results are cached in a JSON
-// file (default_peak_cache_path()) keyed by CPU, thread count, oneDNN version
-// and the ISA oneDNN dispatches to; a changed machine or setting misses the
-// cache and measures again.
+// file (default_peak_cache_path()) keyed by CPU (model name, family, model
+// and stepping), thread count, oneDNN version and the ISA oneDNN dispatches
+// to; a changed machine or setting misses the cache and measures again.
 //
 //   KILN_ASSIGN_OR_RETURN(MatmulPeak peak, matmul_peak(DType::kF32, default_peak_cache_path()));
 //   fmt::print("{:.0f} GFLOP/s ({})\n", peak.gflops_per_s, peak.cached ? "cached" : "measured");
