@@ -47,16 +47,19 @@ TEST(ModelRunner, GraphModeCachesOnePlanPerSignature) {
   EXPECT_EQ(r.output_clone_bytes, 0u);
 }
 
-// Graph mode keeps no eager copy of the weights: the first plan compiles the
-// graph create() loaded, and only another signature loads the model again.
-// Auto also runs eagerly, so it keeps that graph and loads one for its plan.
-TEST(ModelRunner, GraphModeLoadsTheModelOncePerPlan) {
-  int loads = 0;
-  auto counted = [&] {
+// small_model, counting the loads in `loads`.
+ModelRunner::GraphLoader counting(int& loads) {
+  return [&loads] {
     ++loads;
     return small_model();
   };
-  auto runner = ModelRunner::create(counted, {.mode = ExecutionMode::kGraph});
+}
+
+// Graph mode keeps no eager copy of the weights: the first plan compiles the
+// graph create() loaded, and only another signature loads the model again.
+TEST(ModelRunner, GraphModeLoadsTheModelOncePerPlan) {
+  int loads = 0;
+  auto runner = ModelRunner::create(counting(loads), {.mode = ExecutionMode::kGraph});
   ASSERT_TRUE(runner.ok());
   EXPECT_EQ(loads, 1);
   EXPECT_FALSE((*runner)->holds_eager_weights());
@@ -82,11 +85,7 @@ TEST(ModelRunner, GraphModeLoadsTheModelOncePerPlan) {
 // the weights are read again only where they had gone and are needed.
 TEST(ModelRunner, AutoHoldsOneCopyOfTheWeights) {
   int loads = 0;
-  auto counted = [&] {
-    ++loads;
-    return small_model();
-  };
-  auto runner = ModelRunner::create(counted, {.mode = ExecutionMode::kAuto});
+  auto runner = ModelRunner::create(counting(loads), {.mode = ExecutionMode::kAuto});
   ASSERT_TRUE(runner.ok());
   EXPECT_TRUE((*runner)->holds_eager_weights());
   int expected_loads = 1;

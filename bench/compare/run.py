@@ -8,7 +8,7 @@ and bench/results.png (a bar chart).
 
 Every measurement is its own process (its peak RSS is its own), on 2 threads: kiln eager and graph in
 f32 and bf16; PyTorch eager and TorchScript (trace + freeze + optimize_for_inference) in f32 on
-OpenBLAS, and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
+OpenBLAS (on the fastest of its kernel sets for this CPU, see openblas_core), and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
 the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
 ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
@@ -55,6 +55,43 @@ def kiln_bench(name, mode, precision, iters):
                              "--precision", precision, "--iters", str(iters), "--warmup", "1", "--json"])
     j = json.loads(out)
     return {"ms": j["modes"][mode]["ms"], "peak_rss_mib": rss, "json": j}
+
+
+def openblas_core(log):
+    """Picks the OpenBLAS kernels PyTorch runs f32 on, as OPENBLAS_CORETYPE for every PyTorch process.
+    OpenBLAS chooses them by CPU model, and an OPENBLAS_CORETYPE already in the environment overrides its
+    choice (a shell here had Haswell set: AVX2 kernels, at 0.65x the speed of OpenBLAS's own pick on a
+    Zen 5). So OpenBLAS's own pick is timed against each kernel set this CPU runs, on one sgemm of the
+    medium DiT's MLP shape, and the fastest kept. Returns a line for the report."""
+    probe = ("import time, torch; torch.set_num_threads(" + THREADS + "); "
+             "a, b = torch.randn(2048, 1152), torch.randn(1152, 4608); [a @ b for _ in range(2)]; "
+             "t = time.perf_counter(); [a @ b for _ in range(5)]; "
+             "print(5 * 2 * 2048 * 1152 * 4608 / (time.perf_counter() - t) / 1e9)")
+    inherited = os.environ.pop("OPENBLAS_CORETYPE", None)  # one set by the caller is timed, not obeyed
+    with open("/proc/cpuinfo") as f:
+        flags = set(re.search(r"flags\s*:\s*(.*)", f.read()).group(1).split())
+    rates = {}
+    for core in (None, "Haswell", "Zen", *(["SkylakeX"] if "avx512f" in flags else [])):
+        env = dict(os.environ, OMP_NUM_THREADS=THREADS, OPENBLAS_VERBOSE="2")
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+        name = re.search(r"Core: (\w+)", proc.stdout + proc.stderr)
+        rates[core] = (float(proc.stdout.strip().splitlines()[-1]), name.group(1) if name else "?")
+    default_rate, default_name = rates.pop(None)
+    best = max(rates, key=lambda c: rates[c][0])
+    timed = ", ".join(f"{c} {r:.0f}" for c, (r, _) in rates.items())
+    if rates[best][0] <= default_rate:
+        line = f"OpenBLAS's own pick of kernels, {default_name} (sgemm 2048x4608x1152, GFLOP/s: " \
+            f"{default_rate:.0f}; {timed})"
+    else:
+        os.environ["OPENBLAS_CORETYPE"] = best
+        line = f"OPENBLAS_CORETYPE={best}, the fastest kernel set on one sgemm (2048x4608x1152, GFLOP/s: " \
+            f"{timed}; OpenBLAS's own pick, {default_name}, {default_rate:.0f})"
+    if inherited:
+        line += f"; OPENBLAS_CORETYPE={inherited} in the caller's environment, overridden"
+    log(f"PyTorch f32 on {line}")
+    return line
 
 
 def torch_bench(name, mode, dtype, iters, env=None):
@@ -154,12 +191,13 @@ def percent_of_peak(results, runner, flops):
     return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
 
 
-def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds):
+def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds, openblas):
     lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
              f"Measured by `{command}` on {when}; every figure",
              "below comes from that one run, measurements back to back, each in its own process on",
              f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
-             f"kiln {rev}; {versions()}.", "",
+             f"kiln {rev}; {versions()}.",
+             f"PyTorch f32 ran on {openblas or 'OpenBLAS (its kernel set not recorded)'}.", "",
              f"Medians of the timed runs of {rounds} rounds (each process after one warm-up; a model's runners in",
              "turn, the order reversed each round). `vs ORT`: ONNX Runtime's median over this one's",
              "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
@@ -299,7 +337,8 @@ def main():
         with open(saved) as f:
             run = json.load(f)
         write_report(run["results"], run["pipeline"], os.path.join(args.out, "results.md"),
-                     os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"], run["rounds"])
+                     os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"], run["rounds"],
+                     run.get("openblas"))
         return
     missing = [p for p in (KILN, os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node"))
                if not os.path.exists(p)]
@@ -313,6 +352,7 @@ def main():
     # not read from a cache some other (maybe busier) moment wrote.
     os.environ["KILN_CACHE_DIR"] = os.path.join(models.OUT, "peak-cache")
     shutil.rmtree(os.environ["KILN_CACHE_DIR"], ignore_errors=True)
+    openblas = openblas_core(log)
     names = [n for n in args.only or models.MODELS if n != PIPELINE]
     all_results = {}
     for name in names:
@@ -328,9 +368,9 @@ def main():
     when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
     with open(saved, "w") as f:
         json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev,
-                   "rounds": args.rounds}, f)
+                   "rounds": args.rounds, "openblas": openblas}, f)
     write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
-                 command, when, rev, args.rounds)
+                 command, when, rev, args.rounds, openblas)
     log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
 
 
