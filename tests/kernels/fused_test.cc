@@ -123,6 +123,13 @@ TEST(Fused, Conv) {
     check_op_both({std::string("3x3 32 wide, residual ") + act, OpKind::kFusedConv, a,
                    {f32({1, 8, 4, 32}), f32({16, 8, 3, 3}), f32({16}), f32({1, 16, 4, 32})}});
   }
+  // Bands of output rows in one product, more output channels than a block
+  // of the GEMM's rows and K past one slice: the bias, activation and
+  // residual land once on every output.
+  Attributes wide = conv3;
+  wide.set("activation", std::string("swish"));
+  check_op_both({"3x3 100 outputs, K past a slice, residual swish", OpKind::kFusedConv, wide,
+                 {f32({1, 130, 16, 32}), f32({100, 130, 3, 3}), f32({100}), f32({1, 100, 16, 32})}});
   Attributes strided = attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2, 2}},
                               {"activation", std::string("relu")}});
   check_op_both({"1x1 strided, no bias, residual", OpKind::kFusedConv, strided,

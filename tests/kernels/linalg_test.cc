@@ -106,6 +106,19 @@ TEST(Linalg, Conv) {
       conv("asymmetric pads and dilation, 32 wide", {{"pads", Ints{1, 2, 0, 2}}, {"dilations", Ints{2, 2}}},
            {f32({1, 3, 6, 32}), f32({4, 3, 3, 3})}),
       conv("1-d, 64 long, one image", {{"pads", Ints{1, 1}}}, {f32({1, 4, 64}), f32({40, 4, 3}), f32({40})}),
+      // Enough rows for bands of several output rows per product (a segment
+      // of B each), the last band short on some team sizes.
+      conv("3x3 pad 1, 32 wide, bands of rows", {{"pads", Ints{1, 1, 1, 1}}},
+           {f32({1, 4, 22, 32}), f32({6, 4, 3, 3}), f32({6})}),
+      conv("3x3 pad 1, 64 wide, bands of rows", {{"pads", Ints{1, 1, 1, 1}}},
+           {f32({2, 3, 12, 64}), f32({5, 3, 3, 3})}),
+      // More output channels than the GEMM's blocks of rows (96) and a patch
+      // past one slice of K (1152): the blocks and slices, in place and
+      // through im2col (16 wide).
+      conv("3x3 pad 1, 100 outputs, K past a slice, 32 wide", {{"pads", Ints{1, 1, 1, 1}}},
+           {f32({1, 130, 16, 32}), f32({100, 130, 3, 3}), f32({100})}),
+      conv("3x3 pad 1, 100 outputs, K past a slice, 16 wide", {{"pads", Ints{1, 1, 1, 1}}},
+           {f32({1, 130, 6, 16}), f32({100, 130, 3, 3}), f32({100})}),
   };
   for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
 }

@@ -2,22 +2,26 @@
 // once per SIMD target (foreach_target.h re-includes it).
 //
 // block() walks C in tiles of kRows rows by one packed panel (two vectors).
-// A tile's sums stay in registers for a whole slice of kDepth products: each
-// step broadcasts one A value per row and multiplies it into both vectors of
-// the panel's row, so a step is 2 * kRows fused multiply-adds for 2 + kRows
-// loads. Each pass of a tile over a slice loads and stores its sums once, so
-// slices are long: the panel's slice and the tile's rows of A stream from L2
-// (the prefetchers keep up), and on a Zen 4 core (1 MiB L2) slices of 256
-// rows, sized to keep a panel's slice in L1, were 4-9 % slower end to end
-// than whole-K passes (dit_small, clip_l, unet_sd15, dit_medium in
-// `kiln bench`, and 5-15 % on single SD convolutions). Only K beyond
-// kDepth is cut.
+// A tile's sums stay in registers for a whole slice of K: each step
+// broadcasts one A value per row and multiplies it into both vectors of the
+// panel's row, so a step is 2 * kRows fused multiply-adds for 2 + kRows
+// loads. The tiles go in blocks of kBlockRows rows of A by one slice of at
+// most kSliceDepth of K (442 KiB, which stays in L2), and each block passes
+// over every panel before the next: A is read from memory once however many
+// panels there are. A convolution's weight is such an A (1280 x 11520 floats,
+// 59 MB, in an SD UNet), and before the blocks it was read again for every
+// panel of 32 pixels: single SD UNet convs ran 10-18 % slower, unet_sd15 5 %.
+// Slices are long, as a pass loads and stores its tile's sums once: slices of
+// 256 rows, sized to keep a panel's slice in L1, were 4-9 % slower end to end
+// on a Zen 4 core (1 MiB L2) than whole-K passes; 768 and 2304 rows measured
+// the same as 1152 on a Zen 5.
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstring>
 #include <utility>
 
@@ -43,7 +47,7 @@ constexpr int64_t kPanel = 2 * kLanes;
 // Rows per tile: 2 * kRows accumulators, the panel's pair and a broadcast
 // must fit the register file (32 vectors with AVX-512, else 16).
 constexpr int kRows = HWY_TARGET <= HWY_AVX3 ? 12 : 6;
-constexpr int64_t kDepth = 16384;  // see the top of the file
+constexpr int64_t kBlockRows = 96, kSliceDepth = 1152;  // see the top of the file
 
 int64_t PanelWidth() { return kPanel; }
 
@@ -134,43 +138,50 @@ void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e
   else finish(Identity());
 }
 
-void Block(const Problem& p, const Epilogue& e) {
-  if (p.m <= 0 || p.n <= 0) return;
+// Rows [m0, m1) of A over K's slice [t0, t0 + depth), against every panel.
+void Pass(const Problem& p, const Epilogue& e, int64_t m0, int64_t m1, int64_t t0, int64_t depth) {
   HWY_ALIGN float edge[kRows * kPanel];  // a tile cut short by C's last columns
   HWY_ALIGN float edge_bias[kPanel];     // and its bias, padded
-  for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += kDepth) {
-    const int64_t depth = std::min(kDepth, p.k - t0);
-    const bool load = t0 > 0 || e.accumulate;
-    const bool finish = t0 + depth >= p.k && (e.activate || e.residual);
-    for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
-      // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
-      const float* b = p.b_rows ? p.packed_b + j0 : p.packed_b + j0 * p.k + t0 * kPanel;
-      const int64_t* b_rows = p.b_rows ? p.b_rows + t0 : nullptr;
-      const int64_t cols = std::min(kPanel, p.n - j0);
-      const bool first = t0 == 0;  // the bias goes in with the first slice of products
-      const float* col_bias = first && e.bias && !e.bias_per_row ? e.bias + j0 : nullptr;
-      if (col_bias && cols < kPanel) {
-        std::copy(col_bias, col_bias + cols, edge_bias);
-        std::fill(edge_bias + cols, edge_bias + kPanel, 0.0f);
-        col_bias = edge_bias;
+  const bool first = t0 == 0;            // the bias goes in with the first slice of products
+  const bool load = !first || e.accumulate;
+  const bool finish = t0 + depth >= p.k && (e.activate || e.residual);
+  for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
+    // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
+    const float* b = p.b_rows ? p.packed_b + gathered_column(p, j0) : p.packed_b + j0 * p.k + t0 * kPanel;
+    const int64_t* b_rows = p.b_rows ? p.b_rows + t0 : nullptr;
+    const int64_t cols = std::min(kPanel, p.n - j0);
+    const float* col_bias = first && e.bias && !e.bias_per_row ? e.bias + j0 : nullptr;
+    if (col_bias && cols < kPanel) {
+      std::copy(col_bias, col_bias + cols, edge_bias);
+      std::fill(edge_bias + cols, edge_bias + kPanel, 0.0f);
+      col_bias = edge_bias;
+    }
+    for (int64_t i0 = m0; i0 < m1; i0 += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, m1 - i0);
+      const TileFn tile = (p.b_rows ? kGatheredTiles : kPackedTiles)[size_t(rows - 1)];
+      const float* a = p.a + i0 * p.lda + t0;
+      const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
+      float* c = p.c + i0 * p.ldc + j0;
+      if (cols == kPanel) {
+        tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias);
+      } else {
+        for (int64_t r = 0; r < rows && load; ++r) std::memcpy(edge + r * kPanel, c + r * p.ldc, size_t(cols) * 4);
+        tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias);
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
       }
-      for (int64_t i0 = 0; i0 < p.m; i0 += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, p.m - i0);
-        const TileFn tile = (p.b_rows ? kGatheredTiles : kPackedTiles)[size_t(rows - 1)];
-        const float* a = p.a + i0 * p.lda + t0;
-        const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
-        float* c = p.c + i0 * p.ldc + j0;
-        if (cols == kPanel) {
-          tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias);
-        } else {
-          for (int64_t r = 0; r < rows && load; ++r) std::memcpy(edge + r * kPanel, c + r * p.ldc, size_t(cols) * 4);
-          tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias);
-          for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
-        }
-        if (finish) Finish(c, p.ldc, rows, cols, e, e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
-      }
+      if (finish) Finish(c, p.ldc, rows, cols, e, e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
     }
   }
+}
+
+void Block(const Problem& p, const Epilogue& e) {
+  if (p.m <= 0 || p.n <= 0) return;
+  // K in equal slices (a K of 1153 is two of 577, not 1152 and 1).
+  const int64_t slices = std::max<int64_t>(1, (p.k + kSliceDepth - 1) / kSliceDepth);
+  const int64_t slice = std::max<int64_t>(1, (p.k + slices - 1) / slices);  // K = 0: one pass, the bias alone
+  for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows)
+    for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += slice)
+      Pass(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0));
 }
 
 }  // namespace HWY_NAMESPACE
@@ -207,6 +218,7 @@ void multiply(const Problem& p, const Epilogue& e, bool parallel) {
   // rows of A stay in L2 while it passes over their columns. (Handing out
   // tiles statically instead left whole tiles to one thread: 256 x 320 x 320
   // ran at 72 % of oneDNN's speed on 2 threads, 97 % on one.)
+  assert(p.b_segment == 0);  // see gemm.h
   constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4;
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18);

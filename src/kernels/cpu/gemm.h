@@ -51,10 +51,12 @@ struct Epilogue {
 // C[i, j] = sum over t < k of A[i, t] * B[t, j], for i < m and j < n. A is
 // row-major with row stride lda; B is packed (pack()); C has row stride ldc.
 //
-// With b_rows, B is read where it lies instead: row t is the n contiguous
-// floats at packed_b + b_rows[t], and n must be a multiple of panel_width().
-// A convolution's input patches are such rows of its (padded) input, so
-// they need no im2col copy.
+// With b_rows, B is read where it lies instead: row t starts at packed_b +
+// b_rows[t] and holds n floats in segments of b_segment contiguous columns
+// (b_segment_stride apart; one segment of n columns when b_segment is 0);
+// segments are whole panels (n and b_segment multiples of panel_width()).
+// A convolution's input patches are such rows of its (padded) input, one
+// segment per output row, so they need no im2col copy.
 struct Problem {
   int64_t m, n, k;
   const float* a;
@@ -63,11 +65,19 @@ struct Problem {
   float* c;
   int64_t ldc;
   const int64_t* b_rows = nullptr;
+  int64_t b_segment = 0, b_segment_stride = 0;
 };
+
+// Where column j of a gathered B lies in its rows, from packed_b + b_rows[t].
+inline int64_t gathered_column(const Problem& p, int64_t j) {
+  return p.b_segment ? j / p.b_segment * p.b_segment_stride + j % p.b_segment : j;
+}
 
 // One thread's share: every row of A against columns [0, n) of packed B.
 void block(const Problem& p, const Epilogue& e);
-// The whole product, in tiles split across threads when `parallel`.
+// The whole product, in tiles split across threads when `parallel`. A
+// gathered B in segments goes to block() instead (multiply's tiles may
+// start inside a segment).
 void multiply(const Problem& p, const Epilogue& e, bool parallel);
 
 }  // namespace kiln::gemm

@@ -825,12 +825,13 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
         std::fill(to + g.pad_w + g.width, to + padded_w, 0.0f);
       }
     }
-    for (int64_t row = row0; row < row0 + rows; ++row) {
-      const int64_t y_offset = (image * oc + c0) * pixels + row * g.out_width;
-      gemm::block({channels, g.out_width, k, w + c0 * k, k, padded + (row - row0) * row_stride, y + y_offset,
-                   pixels, b_rows},
-                  epilogue_at(epilogue, c0, y_offset));
-    }
+    // The band's output rows are one product: B's columns are the rows'
+    // pixels (a segment per row, row_stride apart in the padded copy), so
+    // each slice of the weight is read once for the whole band.
+    const int64_t y_offset = (image * oc + c0) * pixels + row0 * g.out_width;
+    gemm::block({channels, rows * g.out_width, k, w + c0 * k, k, padded, y + y_offset, pixels, b_rows,
+                 g.out_width, row_stride},
+                epilogue_at(epilogue, c0, y_offset));
   });
   return ok_status();
 }
