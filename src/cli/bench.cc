@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/figures.h"
 #include "cli/model_file.h"
 #include "cli/model_inputs.h"
 #include "cli/pass_flags.h"
 #include "heap_counter/heap_counter.h"
-#include "kernels/cpu/matmul_peak.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -41,12 +41,7 @@ struct BenchOptions {
 struct ModeTimes {
   std::string name;
   std::vector<double> ms;
-  double median() const {
-    std::vector<double> v = ms;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  }
+  double median() const { return cli::median(ms); }
   double min() const { return ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end()); }
 };
 
@@ -199,12 +194,9 @@ Status bench(const BenchOptions& opt) {
   // The peak of the dtype the products run in (a mixed policy: bf16 if any
   // do); none where oneDNN cannot time that dtype (bf16 without AVX-512).
   std::optional<MatmulPeak> peak;
-  const DType peak_dtype = plan.stats().passes.counts.count("assign_precision") ? DType::kBF16 : DType::kF32;
+  const DType peak_dtype = product_dtype(plan);
   if (opt.peak) {
-    auto measured = matmul_peak(peak_dtype, default_peak_cache_path());
-    if (!measured.ok() && measured.status().code() != StatusCode::kUnsupported) return measured.status();
-    if (!measured.ok()) fmt::print(stderr, "kiln: note: no peak: {}\n", measured.status().message());
-    if (measured.ok()) peak = *measured;
+    KILN_ASSIGN_OR_RETURN(peak, peak_for(peak_dtype));
   }
   if (peak)
     j["peak"] = {{"dtype", dtype_name(peak_dtype)}, {"gflops_per_s", peak->gflops_per_s}, {"cached", peak->cached},

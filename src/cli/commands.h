@@ -16,6 +16,7 @@ using Handler = std::function<Status()>;
 Handler add_show_command(CLI::App& app);
 Handler add_run_command(CLI::App& app);
 Handler add_bench_command(CLI::App& app);
+Handler add_profile_command(CLI::App& app);
 Handler add_compile_command(CLI::App& app);
 Handler add_generate_command(CLI::App& app);
 

@@ -12,13 +12,14 @@ int main(int argc, char** argv) {
   kiln::cli::Handler show = kiln::cli::add_show_command(app);
   kiln::cli::Handler run = kiln::cli::add_run_command(app);
   kiln::cli::Handler bench = kiln::cli::add_bench_command(app);
+  kiln::cli::Handler profile = kiln::cli::add_profile_command(app);
   kiln::cli::Handler compile = kiln::cli::add_compile_command(app);
   kiln::cli::Handler generate = kiln::cli::add_generate_command(app);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, compile, generate; see kiln --help)\n", argv[1]);
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, profile, compile, generate; see kiln --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("show")) status = show();
   else if (app.got_subcommand("run")) status = run();
   else if (app.got_subcommand("bench")) status = bench();
+  else if (app.got_subcommand("profile")) status = profile();
   else if (app.got_subcommand("compile")) status = compile();
   else if (app.got_subcommand("generate")) status = generate();
   if (status.ok()) return 0;
