@@ -13,7 +13,8 @@ the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph opti
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
 ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
 runners run in turn, --rounds times (the order reversed each round, so that a drift in a shared machine's
-speed hits all alike), and each runner's median is over all its timed runs.
+speed hits all alike), and each runner's median is over all its timed runs. Last, `kiln profile` of
+kiln graph f32 says where its time goes (per op kind and the slowest steps).
 """
 import argparse
 import datetime
@@ -47,14 +48,24 @@ def run_measured(cmd, env=None, timeout=3600):
     return proc.stdout, int(proc.stderr.strip().splitlines()[-1]) / 1024
 
 
-def kiln_bench(name, mode, precision, iters):
+def kiln_args(name):
+    """The model file and its --input flags."""
     folder = os.path.join(models.OUT, name)
-    inputs = [a for f in sorted(os.listdir(os.path.join(folder, "inputs")))
-              for a in ("--input", f"{f[:-4]}={os.path.join(folder, 'inputs', f)}")]
-    out, rss = run_measured([KILN, "bench", os.path.join(folder, "model.onnx"), *inputs, "--modes", mode,
-                             "--precision", precision, "--iters", str(iters), "--warmup", "1", "--json"])
+    return [os.path.join(folder, "model.onnx"), *[a for f in sorted(os.listdir(os.path.join(folder, "inputs")))
+                                                  for a in ("--input", f"{f[:-4]}={os.path.join(folder, 'inputs', f)}")]]
+
+
+def kiln_bench(name, mode, precision, iters):
+    out, rss = run_measured([KILN, "bench", *kiln_args(name), "--modes", mode, "--precision", precision,
+                             "--iters", str(iters), "--warmup", "1", "--json"])
     j = json.loads(out)
     return {"ms": j["modes"][mode]["ms"], "peak_rss_mib": rss, "json": j}
+
+
+def kiln_profile(name, replays):
+    """`kiln profile --json` of graph f32: per op kind and the slowest steps, each step's median of `replays`."""
+    out, _ = run_measured([KILN, "profile", *kiln_args(name), "--iters", str(replays), "--top", "3", "--json"])
+    return json.loads(out)
 
 
 def openblas_core(log):
@@ -139,7 +150,8 @@ def pipeline_bench(reps=10):
 
 def measure(name, scale, rounds, log):
     """Every runner on one model, `rounds` times over, in turn (the order reversed each round, so a drift
-    in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all."""
+    in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all.
+    Then kiln graph f32's profile."""
     iters = max(1, round(ITERS[name] * scale))
     runners = [(f"kiln {mode} {precision}", lambda m=mode, p=precision: kiln_bench(name, m, p, iters))
                for precision in ("f32", "bf16") for mode in ("eager", "graph")]
@@ -169,7 +181,8 @@ def measure(name, scale, rounds, log):
             results[runner] = pooled[runner]
         elif runner == "PyTorch eager bf16 default":
             results["PyTorch eager bf16"] = dict(best, kernels=kernels, other_ms=other["median_ms"])
-    return results
+    log(f"{name}: kiln profile f32")
+    return results, kiln_profile(name, min(iters, 5))
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -191,7 +204,24 @@ def percent_of_peak(results, runner, flops):
     return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
 
 
-def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds, openblas):
+def time_goes(results, profile):
+    """Where kiln graph f32's time goes: from `kiln profile` (per op kind with the products' GFLOP/s, and the
+    slowest steps), or from the bench's one profiled run in a results.json written before profiles were kept."""
+    if not profile:
+        graph = results["kiln graph f32"]["json"]["profiled_replay_ms_by_op"]
+        total = sum(graph.values())
+        return "Where kiln graph f32's time goes (one profiled run, per op kind): " + ", ".join(
+            f"{op} {ms / total * 100:.0f} %" for op, ms in sorted(graph.items(), key=lambda kv: -kv[1])[:6]) + "."
+
+    def rate(row):
+        return f" at {row['gflops_per_s']:.0f} GFLOP/s" if "gflops_per_s" in row else ""
+    ops = ", ".join(f"{r['op']} {r['percent']:.0f} %{rate(r)}" for r in profile["ops"][:6])
+    steps = "; ".join(f"{r['node']} ({r['op']}, {r['ms']:.3g} ms{rate(r)})" for r in profile["slowest_steps"])
+    return (f"Where kiln graph f32's time goes (`kiln profile`, each step's median of {profile['replays']} replays), "
+            f"per op kind: {ops}. Slowest steps: {steps}.")
+
+
+def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds, openblas, profiles):
     lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
              f"Measured by `{command}` on {when}; every figure",
              "below comes from that one run, measurements back to back, each in its own process on",
@@ -218,11 +248,7 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
             lines.append(f"| {runner}{note} | {r['median_ms']:.2f} | {ort / r['median_ms']:.2f}x | "
                          f"{flops / (r['median_ms'] * 1e6):.1f} | {'' if pct is None else f'{pct:.1f}'} | "
                          f"{r['peak_rss_mib']:.0f} |")
-        graph = results["kiln graph f32"]["json"]["profiled_replay_ms_by_op"]
-        top = sorted(graph.items(), key=lambda kv: -kv[1])[:6]
-        total = sum(graph.values())
-        lines += ["", "Where kiln graph f32's time goes (one profiled run, per op kind): " +
-                  ", ".join(f"{op} {ms / total * 100:.0f} %" for op, ms in top) + ".", ""]
+        lines += ["", time_goes(results, (profiles or {}).get(name)), ""]
     if peaks:
         lines += ["Measured peaks: " + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted(peaks.items())) + ".", ""]
     if pipeline:
@@ -338,7 +364,7 @@ def main():
             run = json.load(f)
         write_report(run["results"], run["pipeline"], os.path.join(args.out, "results.md"),
                      os.path.join(args.out, "results.png"), run["command"], run["when"], run["rev"], run["rounds"],
-                     run.get("openblas"))
+                     run.get("openblas"), run.get("profiles"))
         return
     missing = [p for p in (KILN, os.path.join(ROOT, "bench", "compare", "node_modules", "onnxruntime-node"))
                if not os.path.exists(p)]
@@ -354,12 +380,12 @@ def main():
     shutil.rmtree(os.environ["KILN_CACHE_DIR"], ignore_errors=True)
     openblas = openblas_core(log)
     names = [n for n in args.only or models.MODELS if n != PIPELINE]
-    all_results = {}
+    all_results, profiles = {}, {}
     for name in names:
         if not os.path.exists(os.path.join(models.OUT, name, "state.pt")):
             log(f"{name}: exporting")
             models.export(name)
-        all_results[name] = measure(name, args.iters_scale, args.rounds, log)
+        all_results[name], profiles[name] = measure(name, args.iters_scale, args.rounds, log)
     pipeline = None
     if not args.only or PIPELINE in args.only:
         log("tiny SD pipeline: kiln, PyTorch, ONNX Runtime")
@@ -368,9 +394,9 @@ def main():
     when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
     with open(saved, "w") as f:
         json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev,
-                   "rounds": args.rounds, "openblas": openblas}, f)
+                   "rounds": args.rounds, "openblas": openblas, "profiles": profiles}, f)
     write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
-                 command, when, rev, args.rounds, openblas)
+                 command, when, rev, args.rounds, openblas, profiles)
     log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
 
 
