@@ -8,8 +8,8 @@ and bench/results.png (a bar chart).
 
 Every measurement is its own process (its peak RSS is its own), on 2 threads: kiln eager and graph in
 f32 and bf16; PyTorch eager and TorchScript (trace + freeze + optimize_for_inference) in f32 on
-OpenBLAS (on the fastest of its kernel sets for this CPU, see openblas_core), and eager in bf16 both with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping
-the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
+OpenBLAS (on the fastest of its kernel sets for this CPU, see openblas_core), and eager in bf16 both
+with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
 ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
 runners run in turn, --rounds times (the order reversed each round, so that a drift in a shared machine's
@@ -51,8 +51,9 @@ def run_measured(cmd, env=None, timeout=3600):
 def kiln_args(name):
     """The model file and its --input flags."""
     folder = os.path.join(models.OUT, name)
-    return [os.path.join(folder, "model.onnx"), *[a for f in sorted(os.listdir(os.path.join(folder, "inputs")))
-                                                  for a in ("--input", f"{f[:-4]}={os.path.join(folder, 'inputs', f)}")]]
+    inputs = [a for f in sorted(os.listdir(os.path.join(folder, "inputs")))
+              for a in ("--input", f"{f[:-4]}={os.path.join(folder, 'inputs', f)}")]
+    return [os.path.join(folder, "model.onnx"), *inputs]
 
 
 def kiln_bench(name, mode, precision, iters):

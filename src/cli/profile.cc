@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -39,26 +38,11 @@ struct ProfileOptions {
   PassFlags pass_flags;
 };
 
-// A step's or an op kind's figures: median ms and FLOPs (0: not a product).
-struct Timing {
-  double ms = 0;
-  int64_t flops = 0;
-  double gflops_per_s() const { return flops > 0 && ms > 0 ? double(flops) / (ms * 1e6) : 0.0; }
-};
-
-struct StepTiming : Timing {
-  const Node* node = nullptr;
-};
-
-struct OpTiming : Timing {
-  std::string op;
-  int64_t steps = 0;
-};
-
-// Replays the plan `iters` times, timing every step; each step's median.
-Result<std::vector<StepTiming>> time_steps(Plan& plan, int iters, std::vector<double>& run_ms) {
+// Replays the plan `iters` times, timing every step: the steps, each with
+// its median ms over the replays.
+Result<std::vector<StepProfile>> time_steps(Plan& plan, int iters, std::vector<double>& run_ms) {
   std::vector<std::vector<double>> samples;
-  std::vector<StepTiming> steps;
+  std::vector<StepProfile> steps;
   const bool progress = isatty(STDERR_FILENO);  // a counter on a terminal only
   for (int i = 0; i < iters; ++i) {
     RunProfile profile;
@@ -66,10 +50,10 @@ Result<std::vector<StepTiming>> time_steps(Plan& plan, int iters, std::vector<do
     KILN_RETURN_IF_ERROR(plan.run(&profile));
     run_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     if (steps.empty()) {
-      for (const StepProfile& s : profile.steps) steps.push_back({{0, node_flops(*s.node)}, s.node});
+      steps = profile.steps;
       samples.resize(steps.size());
     }
-    for (size_t k = 0; k < steps.size() && k < profile.steps.size(); ++k) samples[k].push_back(profile.steps[k].ms);
+    for (size_t k = 0; k < steps.size(); ++k) samples[k].push_back(profile.steps[k].ms);
     if (progress) fmt::print(stderr, "\rkiln profile: {}/{} replays", i + 1, iters);
   }
   if (progress) fmt::print(stderr, "\n");
@@ -77,34 +61,21 @@ Result<std::vector<StepTiming>> time_steps(Plan& plan, int iters, std::vector<do
   return steps;
 }
 
-// Per op kind, slowest first.
-std::vector<OpTiming> by_op(const std::vector<StepTiming>& steps) {
-  std::map<std::string, OpTiming> sums;
-  for (const StepTiming& s : steps) {
-    OpTiming& t = sums[std::string(op_name(s.node->op))];
-    t.ms += s.ms, t.flops += s.flops, ++t.steps;
-  }
-  std::vector<OpTiming> rows;
-  for (auto& [op, t] : sums) {
-    t.op = op;
-    rows.push_back(t);
-  }
-  std::sort(rows.begin(), rows.end(), [](const OpTiming& a, const OpTiming& b) { return a.ms > b.ms; });
-  return rows;
-}
+// GFLOP/s of `flops` in `ms`; 0 for a step with no products.
+double rate(int64_t flops, double ms) { return flops > 0 && ms > 0 ? double(flops) / (ms * 1e6) : 0.0; }
 
 // GFLOP/s and % of the peak, as JSON fields; nothing for a non-product.
-void add_rate(nlohmann::ordered_json& j, const Timing& t, const std::optional<MatmulPeak>& peak) {
-  if (t.flops <= 0) return;
-  j["gflops_per_s"] = t.gflops_per_s();
-  if (peak) j["percent_of_peak"] = 100 * t.gflops_per_s() / peak->gflops_per_s;
+void add_rate(nlohmann::ordered_json& j, int64_t flops, double ms, const std::optional<MatmulPeak>& peak) {
+  if (flops <= 0) return;
+  j["gflops_per_s"] = rate(flops, ms);
+  if (peak) j["percent_of_peak"] = 100 * rate(flops, ms) / peak->gflops_per_s;
 }
 
 // "  312.4   78.1" (GFLOP/s, % of peak), blank for a non-product.
-std::string rate_columns(const Timing& t, const std::optional<MatmulPeak>& peak) {
-  if (t.flops <= 0) return "";
-  std::string s = fmt::format("{:>10.1f}", t.gflops_per_s());
-  if (peak) s += fmt::format("{:>8.1f}", 100 * t.gflops_per_s() / peak->gflops_per_s);
+std::string rate_columns(int64_t flops, double ms, const std::optional<MatmulPeak>& peak) {
+  if (flops <= 0) return "";
+  std::string s = fmt::format("{:>10.1f}", rate(flops, ms));
+  if (peak) s += fmt::format("{:>8.1f}", 100 * rate(flops, ms) / peak->gflops_per_s);
   return s;
 }
 
@@ -131,23 +102,24 @@ Status profile(const ProfileOptions& opt) {
   std::vector<double> run_ms;
   auto timed = time_steps(plan, opt.iters, run_ms);
   if (!timed.ok()) return timed.status().with_context(opt.model);
-  const std::vector<StepTiming>& steps = *timed;
+  const std::vector<StepProfile>& steps = *timed;
   std::optional<MatmulPeak> peak;
   const DType peak_dtype = product_dtype(plan);
   if (opt.peak) {
     KILN_ASSIGN_OR_RETURN(peak, peak_for(peak_dtype));
   }
 
-  const Timing run{median(run_ms), plan.stats().flops};
+  const double run_ms_median = median(run_ms);
+  const int64_t run_flops = plan.stats().flops;
   double steps_ms = 0;
-  for (const StepTiming& s : steps) steps_ms += s.ms;
-  std::vector<const StepTiming*> slowest;
-  for (const StepTiming& s : steps) slowest.push_back(&s);
+  for (const StepProfile& s : steps) steps_ms += s.ms;
+  std::vector<const StepProfile*> slowest;
+  for (const StepProfile& s : steps) slowest.push_back(&s);
   const size_t shown = std::min(size_t(opt.top), slowest.size());
   std::partial_sort(slowest.begin(), slowest.begin() + ptrdiff_t(shown), slowest.end(),
-                    [](const StepTiming* a, const StepTiming* b) { return a->ms > b->ms; });
+                    [](const StepProfile* a, const StepProfile* b) { return a->ms > b->ms; });
   slowest.resize(shown);
-  const std::vector<OpTiming> ops = by_op(steps);
+  const std::vector<OpTotal> ops = totals_by_op(steps);
   auto share = [&](double ms) { return steps_ms > 0 ? 100 * ms / steps_ms : 0.0; };
 
   if (opt.json) {
@@ -155,45 +127,43 @@ Status profile(const ProfileOptions& opt) {
     j["model"] = opt.model;
     j["signature"] = signature_of(inputs.tensors);
     j["replays"] = opt.iters;
-    j["run_ms_median"] = run.ms;
-    j["flops_per_forward"] = run.flops;
-    add_rate(j, run, peak);
+    j["run_ms_median"] = run_ms_median;
+    j["flops_per_forward"] = run_flops;
+    add_rate(j, run_flops, run_ms_median, peak);
     if (peak) j["peak"] = {{"dtype", dtype_name(peak_dtype)}, {"gflops_per_s", peak->gflops_per_s}};
     j["steps"] = steps.size();
     j["ops"] = nlohmann::ordered_json::array();
-    for (const OpTiming& t : ops) {
-      nlohmann::ordered_json row = {{"op", t.op}, {"steps", t.steps}, {"ms", t.ms}, {"percent", share(t.ms)}};
-      add_rate(row, t, peak);
+    for (const OpTotal& o : ops) {
+      nlohmann::ordered_json row = {{"op", o.op}, {"steps", o.calls}, {"ms", o.ms}, {"percent", share(o.ms)}};
+      add_rate(row, o.flops, o.ms, peak);
       j["ops"].push_back(std::move(row));
     }
     j["slowest_steps"] = nlohmann::ordered_json::array();
-    for (const StepTiming* s : slowest) {
+    for (const StepProfile* s : slowest) {
       nlohmann::ordered_json row = {{"node", s->node->name}, {"op", op_name(s->node->op)}, {"ms", s->ms},
                                     {"percent", share(s->ms)}};
-      add_rate(row, *s, peak);
+      add_rate(row, node_flops(*s->node), s->ms, peak);
       j["slowest_steps"].push_back(std::move(row));
     }
     fmt::print("{}\n", j.dump(2));
     return ok_status();
   }
   fmt::print("{}  ({})\n", opt.model, signature_of(inputs.tensors));
-  fmt::print("run: {:.3f} ms (median of {} replays), {:.3f} GFLOP", run.ms, opt.iters, double(run.flops) / 1e9);
-  if (run.flops > 0) fmt::print(", {:.1f} GFLOP/s", run.gflops_per_s());
-  if (peak && run.flops > 0)
-    fmt::print(", {:.1f} % of the {} matmul peak ({:.1f} GFLOP/s)", 100 * run.gflops_per_s() / peak->gflops_per_s,
-               dtype_name(peak_dtype), peak->gflops_per_s);
+  fmt::print("run: {:.3f} ms (median of {} replays), {:.3f} GFLOP", run_ms_median, opt.iters, double(run_flops) / 1e9);
+  if (run_flops > 0) fmt::print(", {:.1f} GFLOP/s", rate(run_flops, run_ms_median));
+  if (peak && run_flops > 0)
+    fmt::print(", {:.1f} % of the {} matmul peak ({:.1f} GFLOP/s)",
+               100 * rate(run_flops, run_ms_median) / peak->gflops_per_s, dtype_name(peak_dtype), peak->gflops_per_s);
   fmt::print("\n\n");
   const char* rate_header = peak ? "   GFLOP/s  % peak" : "   GFLOP/s";
   fmt::print("{:<24}{:>7}{:>11}{:>7}{}\n", "op", "steps", "ms", "%", rate_header);
-  for (const OpTiming& t : ops)
-    fmt::print("{:<24}{:>7}{:>11.3f}{:>7.1f}{}\n", t.op, t.steps, t.ms, share(t.ms), rate_columns(t, peak));
+  for (const OpTotal& o : ops)
+    fmt::print("{:<24}{:>7}{:>11.3f}{:>7.1f}{}\n", o.op, o.calls, o.ms, share(o.ms), rate_columns(o.flops, o.ms, peak));
   if (slowest.empty()) return ok_status();
   fmt::print("\nslowest steps\n{:<24}{:>11}{:>7}{}  node\n", "op", "ms", "%", rate_header);
-  for (const StepTiming* s : slowest) {
-    const std::string rate = rate_columns(*s, peak);
-    fmt::print("{:<24}{:>11.3f}{:>7.1f}{:<{}}  {}\n", op_name(s->node->op), s->ms, share(s->ms), rate,
-               peak ? 18 : 10, s->node->name);
-  }
+  for (const StepProfile* s : slowest)
+    fmt::print("{:<24}{:>11.3f}{:>7.1f}{:<{}}  {}\n", op_name(s->node->op), s->ms, share(s->ms),
+               rate_columns(node_flops(*s->node), s->ms, peak), peak ? 18 : 10, s->node->name);
   return ok_status();
 }
 

@@ -15,20 +15,6 @@ std::optional<Shape> shape_of(const Value* v) {
 
 int64_t last(const Shape& s, size_t from_end) { return s.size() > from_end ? s[s.size() - 1 - from_end] : 1; }
 
-// (op name, calls, ms) per op kind, slowest first.
-std::vector<std::tuple<std::string, int64_t, double>> by_op(const std::vector<StepProfile>& steps) {
-  std::map<std::string, std::pair<int64_t, double>> sums;
-  for (const StepProfile& s : steps) {
-    auto& [calls, ms] = sums[std::string(op_name(s.node->op))];
-    ++calls;
-    ms += s.ms;
-  }
-  std::vector<std::tuple<std::string, int64_t, double>> rows;
-  for (const auto& [op, sum] : sums) rows.emplace_back(op, sum.first, sum.second);
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return std::get<2>(a) > std::get<2>(b); });
-  return rows;
-}
-
 }  // namespace
 
 int64_t node_flops(const Node& node) {
@@ -53,6 +39,23 @@ int64_t node_flops(const Node& node) {
   }
 }
 
+std::vector<OpTotal> totals_by_op(const std::vector<StepProfile>& steps) {
+  std::map<std::string, OpTotal> sums;
+  for (const StepProfile& s : steps) {
+    OpTotal& t = sums[std::string(op_name(s.node->op))];
+    ++t.calls;
+    t.ms += s.ms;
+    t.flops += node_flops(*s.node);
+  }
+  std::vector<OpTotal> rows;
+  for (auto& [op, t] : sums) {
+    t.op = op;
+    rows.push_back(std::move(t));
+  }
+  std::sort(rows.begin(), rows.end(), [](const OpTotal& a, const OpTotal& b) { return a.ms > b.ms; });
+  return rows;
+}
+
 std::string report_table(const RunReport& r) {
   std::string t = fmt::format("profile ({} mode, {})\n", r.mode, r.signature);
   auto row = [&](std::string_view what, std::string value) { t += fmt::format("  {:<22}{}\n", what, value); };
@@ -70,8 +73,8 @@ std::string report_table(const RunReport& r) {
     double total = 0;
     for (const StepProfile& s : r.steps) total += s.ms;
     t += fmt::format("  {:<24}{:>8}{:>12}{:>8}\n", "op", "calls", "ms", "%");
-    for (const auto& [op, calls, ms] : by_op(r.steps))
-      t += fmt::format("  {:<24}{:>8}{:>12.3f}{:>8.1f}\n", op, calls, ms, total > 0 ? 100 * ms / total : 0.0);
+    for (const OpTotal& o : totals_by_op(r.steps))
+      t += fmt::format("  {:<24}{:>8}{:>12.3f}{:>8.1f}\n", o.op, o.calls, o.ms, total > 0 ? 100 * o.ms / total : 0.0);
   }
   return t;
 }
@@ -92,7 +95,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   }
   if (!r.steps.empty()) {
     nlohmann::ordered_json ops = nlohmann::ordered_json::object();
-    for (const auto& [op, calls, ms] : by_op(r.steps)) ops[op] = {{"calls", calls}, {"ms", ms}};
+    for (const OpTotal& o : totals_by_op(r.steps)) ops[o.op] = {{"calls", o.calls}, {"ms", o.ms}};
     j["ops"] = ops;
   }
   return j;

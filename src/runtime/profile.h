@@ -16,6 +16,15 @@ namespace kiln {
 // their cost is bytes, not FLOPs) and for unknown shapes.
 int64_t node_flops(const Node& node);
 
+// Steps summed per op kind (calls, ms, and FLOPs by node_flops), slowest first.
+struct OpTotal {
+  std::string op;
+  int64_t calls = 0;
+  double ms = 0;
+  int64_t flops = 0;
+};
+std::vector<OpTotal> totals_by_op(const std::vector<StepProfile>& steps);
+
 struct RunReport {
   std::string mode;            // "eager" or "graph" (what auto chose)
   std::string signature;

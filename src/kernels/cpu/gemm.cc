@@ -10,10 +10,10 @@
 // over every panel before the next: A is read from memory once however many
 // panels there are. A convolution's weight is such an A (1280 x 11520 floats,
 // 59 MB, in an SD UNet), and before the blocks it was read again for every
-// panel of 32 pixels: single SD UNet convs (3x3, batch 2) at 4x4 to 16x16
-// ran 13-23 % slower, at 32x32 3-4 % (kiln bench, paired runs after 20
-// warm-up runs, Zen 5); unet_sd15 took 0.90-1.02x the time in three sets
-// of paired runs. The slices go inside the blocks: slices outside them keep
+// panel of 32 pixels: the blocks made single SD UNet convs (3x3, batch 2)
+// at 4x4 to 16x16 13-23 % faster, at 32x32 3-4 % (kiln bench, paired runs
+// after 20 warm-up runs, Zen 5); unet_sd15 took 0.90-1.02x the time in
+// three sets of paired runs. The slices go inside the blocks: slices outside them keep
 // a slice of B in L2 across blocks, but ran 10 % slower on an 8x8 conv (6 %
 // faster on a 16x16 one).
 // Slices are long, as a pass loads and stores its tile's sums once: slices of
