@@ -1,12 +1,15 @@
-// kiln's GEMM (kernels/cpu/gemm.h) against oneDNN's f32 matmul, side by side
-// in one process, on the shapes diffusion models run: Y[M, N] = X[M, K] W[K, N]
-// with W a constant weight. Both get their best case: W packed once ahead
+// kiln's GEMM (kernels/cpu/gemm.h) against oneDNN's matmul, side by side in
+// one process, on the shapes diffusion models run: Y[M, N] = X[M, K] W[K, N]
+// with W a constant weight, in f32 and (where the CPU has AVX512-BF16) with
+// bf16 X and W, f32 sums and Y. Both get their best case: W packed once ahead
 // (kiln's panels; oneDNN's preferred blocked layout through format_tag::any),
-// the oneDNN primitive created once and only executed in the loop.
+// X already bf16, the oneDNN primitive created once and only executed in the
+// loop.
 //
 //   build/bench/kiln_bench_gemm --benchmark_min_time=0.2
 //
-// Each row reports GFLOP/s; compare kiln/M/N/K with onednn/M/N/K.
+// Each row reports GFLOP/s; compare kiln/M/N/K with onednn/M/N/K, and
+// kiln_bf16 with onednn_bf16.
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -50,20 +53,42 @@ void BM_kiln(benchmark::State& state) {
   report(state, s);
 }
 
-void BM_onednn(benchmark::State& state) {
+void BM_kiln_bf16(benchmark::State& state) {
+  const Shape3 s = shape_of(state);
+  const int64_t depth = kiln::gemm::bf16_depth(s.k);
+  const std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
+  std::vector<kiln::bf16> x16(size_t(s.m * depth), kiln::bf16{0});
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t t = 0; t < s.k; ++t) x16[size_t(i * depth + t)] = kiln::f32_to_bf16(x[size_t(i * s.k + t)]);
+  std::vector<float> y(size_t(s.m * s.n));
+  std::vector<kiln::bf16> packed(size_t(kiln::gemm::packed_bf16_count(s.k, s.n)));
+  kiln::gemm::pack_bf16(w.data(), s.n, 1, s.k, s.n, packed.data());
+  for (auto _ : state) {
+    kiln::gemm::multiply(kiln::gemm::Bf16Problem{s.m, s.n, depth, x16.data(), depth, packed.data(), y.data(), s.n},
+                         {}, true);
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(state, s);
+}
+
+// oneDNN's matmul on X and W of type `dt` (f32 or bf16; f32 given, oneDNN
+// converts them once ahead), Y f32.
+void BM_onednn(benchmark::State& state, dnnl::memory::data_type dt) {
   using dnnl::memory;
   const Shape3 s = shape_of(state);
   std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
   std::vector<float> y(size_t(s.m * s.n));
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  const memory::desc xd({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc x_f32({s.m, s.k}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc xd({s.m, s.k}, dt, memory::format_tag::ab);
   const memory::desc wd({s.k, s.n}, memory::data_type::f32, memory::format_tag::ab);
   const memory::desc yd({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
-  const memory::desc any({s.k, s.n}, memory::data_type::f32, memory::format_tag::any);
+  const memory::desc any({s.k, s.n}, dt, memory::format_tag::any);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(xd, any, yd), engine);
-  memory x_mem(xd, engine, x.data()), w_plain(wd, engine, w.data()), y_mem(yd, engine, y.data());
-  memory w_packed(pd.weights_desc(), engine);
+  memory x_given(x_f32, engine, x.data()), w_plain(wd, engine, w.data()), y_mem(yd, engine, y.data());
+  memory x_mem(xd, engine), w_packed(pd.weights_desc(), engine);
+  dnnl::reorder(x_given, x_mem).execute(stream, x_given, x_mem);
   dnnl::reorder(w_plain, w_packed).execute(stream, w_plain, w_packed);
   dnnl::matmul matmul(pd);
   for (auto _ : state) {
@@ -85,9 +110,19 @@ const Shape3 kShapes[] = {{32, 64, 64},       {32, 256, 64},      {128, 128, 128
 }  // namespace
 
 int main(int argc, char** argv) {
+  using dt = dnnl::memory::data_type;
+  auto add = [](benchmark::internal::Benchmark* b, const Shape3& s) {
+    b->Args({s.m, s.n, s.k})->ArgNames({"M", "N", "K"})->UseRealTime();
+  };
   for (const Shape3& s : kShapes) {
-    benchmark::RegisterBenchmark("kiln", BM_kiln)->Args({s.m, s.n, s.k})->ArgNames({"M", "N", "K"})->UseRealTime();
-    benchmark::RegisterBenchmark("onednn", BM_onednn)->Args({s.m, s.n, s.k})->ArgNames({"M", "N", "K"})->UseRealTime();
+    add(benchmark::RegisterBenchmark("kiln", BM_kiln), s);
+    add(benchmark::RegisterBenchmark("onednn", BM_onednn, dt::f32), s);
+  }
+  if (kiln::gemm::has_bf16_products()) {
+    for (const Shape3& s : kShapes) {
+      add(benchmark::RegisterBenchmark("kiln_bf16", BM_kiln_bf16), s);
+      add(benchmark::RegisterBenchmark("onednn_bf16", BM_onednn, dt::bf16), s);
+    }
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/gemm.h"
 #include "op_test_util.h"
 #include "passes/pass.h"
 
@@ -52,6 +53,9 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({2, 64, 96}), x({96, 80}), f32({80}), f32({2, 64, 80})}},
       {"Linear swish (QuickGELU)", OpKind::kLinear, a({{"activation", std::string("swish")}, {"alpha", 1.702f}}),
        {x({9, 33}), x({33, 20}), f32({20})}},
+      // On kiln's bf16 GEMM: rows past a 96-row block and not a whole tile,
+      // an odd K past one 2304-deep slice, columns past a panel.
+      {"Linear past a block and a slice", OpKind::kLinear, a({}), {x({2, 101, 2501}), x({2501, 45}), f32({45})}},
       // Convs with at least 32 output channels per group (fewer run in f32).
       {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({40, 16, 3, 3}), f32({40})}},
       {"Conv stride 2 no bias", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}),
@@ -108,6 +112,22 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
     if (c.label.find("no bf16 path") == std::string::npos) {
       EXPECT_GT(err, 1e-4 * scale);
     }
+  }
+}
+
+// Where the CPU has AVX512-BF16, the products of kiln.Linear, Gemm and
+// MatMul by a weight run on kiln's GEMM, and a plan's replay of them
+// allocates nothing; a bf16 Conv still runs on oneDNN, whose executions
+// allocate (which shows the count is live).
+TEST(Bf16, GemmProductsReplayWithoutAllocating) {
+  if (!gemm::has_bf16_products()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  if (replay_allocations(cases(true, false)[0]) < 0) GTEST_SKIP() << "no heap counter (sanitizer build)";
+  for (const OpCase& c : cases(true, false)) {
+    SCOPED_TRACE(c.label);
+    const bool on_gemm = c.op == OpKind::kLinear || c.label.starts_with("Gemm transB") ||
+                         c.label == "Gemm no C" || c.label.starts_with("MatMul by a");
+    if (on_gemm) EXPECT_EQ(replay_allocations(c), 0);
+    if (c.label == "Conv 3x3 pad 1") EXPECT_GT(replay_allocations(c), 0);
   }
 }
 

@@ -4,8 +4,10 @@
 #include <cstring>
 #include <random>
 
+#include "heap_counter/heap_counter.h"
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 
 namespace kiln::testing {
 
@@ -84,14 +86,15 @@ std::vector<Tensor> run_reference(const OpCase& c) {
 namespace {
 
 // The outputs of `b` compiled into a plan and run `runs` times (the first
-// run records each step's state, later ones replay it); those of the last run.
-Result<std::vector<Tensor>> run_plan(Built& b, int runs) {
+// run records each step's state, later ones replay it); those of the last
+// run, which `profile` (if given) profiles.
+Result<std::vector<Tensor>> run_plan(Built& b, int runs, RunProfile* profile = nullptr) {
   std::vector<std::pair<std::string, Shape>> signature;
   for (const auto& [name, t] : b.inputs) signature.emplace_back(name, t.shape());
   KILN_ASSIGN_OR_RETURN(auto dims, input_dims(b.graph, signature));
   KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(b.graph), {.dims = dims}));
   for (const auto& [name, t] : b.inputs) KILN_RETURN_IF_ERROR(plan->bind_input(name, t.view()));
-  for (int r = 0; r < runs; ++r) KILN_RETURN_IF_ERROR(plan->run());
+  for (int r = 0; r < runs; ++r) KILN_RETURN_IF_ERROR(plan->run(r + 1 == runs ? profile : nullptr));
   std::vector<Tensor> out;
   for (size_t i = 0; i < plan->outputs().size(); ++i) {
     const TensorView& v = plan->output(i);
@@ -111,6 +114,17 @@ std::vector<Tensor> run_cpu(const OpCase& c, bool in_plan) {
   auto out = in_plan ? run_plan(b, 3) : run(b, KernelSet::kCpu);
   EXPECT_TRUE(out.ok()) << c.label << ": " << out.status().message();
   return out.ok() ? std::move(out).value() : std::vector<Tensor>{};
+}
+
+int64_t replay_allocations(const OpCase& c) {
+  if (!HeapCounter::available()) return -1;
+  Built b = build(c, true);
+  RunProfile profile;
+  auto out = run_plan(b, 2, &profile);  // records, then replays once
+  EXPECT_TRUE(out.ok()) << c.label << ": " << out.status().message();
+  int64_t allocations = 0;
+  for (const StepProfile& step : profile.steps) allocations += step.heap_allocations;
+  return out.ok() ? allocations : -1;
 }
 
 bool check_op(const OpCase& c) {

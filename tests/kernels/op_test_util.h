@@ -65,6 +65,11 @@ std::vector<Tensor> run_reference(const OpCase& c);
 // check_op_in_plan runs them.
 std::vector<Tensor> run_cpu(const OpCase& c, bool in_plan = false);
 
+// Heap allocations (counted by HeapCounter) of one replay of c's CPU kernel
+// in a plan, built as check_op_in_plan builds it, after two runs; -1 where
+// the counter is unavailable (under a sanitizer).
+int64_t replay_allocations(const OpCase& c);
+
 // Attribute helpers for rows.
 Attributes attrs(std::initializer_list<std::pair<std::string, AttributeValue>> items);
 

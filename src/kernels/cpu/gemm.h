@@ -16,11 +16,18 @@
 //
 // A constant weight is packed once (a plan step keeps it); anything else is
 // packed into kernel scratch on each call, as a convolution's im2col is.
+//
+// On CPUs with AVX512-BF16 the same product runs on bf16 operands with f32
+// sums (vdpbf16ps: two products a lane per instruction, twice f32's rate):
+// A bf16 row-major, B packed by pack_bf16() in pairs of K's rows, C and the
+// epilogue f32. K must be even there: an odd K is padded with a zero column
+// of A (pack_bf16 pads B's zero row itself).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/cpu/elementwise_simd.h"
 
 namespace kiln::gemm {
@@ -34,6 +41,18 @@ int64_t packed_floats(int64_t k, int64_t n);
 // strides: a transposed B packs as fast as a plain one), times `scale`.
 void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
           float scale = 1.0f);
+
+// Whether this CPU runs bf16 products (AVX512-BF16; checked once).
+bool has_bf16_products();
+// K rounded up to even: the depth of a bf16 product and of its A's rows.
+inline int64_t bf16_depth(int64_t k) { return (k + 1) / 2 * 2; }
+// bf16 values that pack_bf16() writes for a k x n operand.
+int64_t packed_bf16_count(int64_t k, int64_t n);
+// pack() for bf16 products: B times `scale`, rounded to bf16 (to nearest
+// even), each panel's rows in pairs (t, t + 1) interleaved column by column,
+// an odd K's last row paired with zeros.
+void pack_bf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
+               float scale = 1.0f);
 
 // What happens to each output after the products are summed, in this order:
 // C's prior contents added, the bias added, the activation, the residual
@@ -57,16 +76,22 @@ struct Epilogue {
 // segments are whole panels (n and b_segment multiples of panel_width()).
 // A convolution's input patches are such rows of its (padded) input, one
 // segment per output row, so they need no im2col copy.
-struct Problem {
+//
+// Bf16Problem: the same with bf16 A and B (pack_bf16), k even, and no
+// gathered B.
+template <typename T>
+struct Product {
   int64_t m, n, k;
-  const float* a;
+  const T* a;
   int64_t lda;
-  const float* packed_b;
+  const T* packed_b;
   float* c;
   int64_t ldc;
   const int64_t* b_rows = nullptr;
   int64_t b_segment = 0, b_segment_stride = 0;
 };
+using Problem = Product<float>;
+using Bf16Problem = Product<bf16>;
 
 // Where column j of a gathered B lies in its rows, from packed_b + b_rows[t].
 inline int64_t gathered_column(const Problem& p, int64_t j) {
@@ -75,9 +100,11 @@ inline int64_t gathered_column(const Problem& p, int64_t j) {
 
 // One thread's share: every row of A against columns [0, n) of packed B.
 void block(const Problem& p, const Epilogue& e);
+void block(const Bf16Problem& p, const Epilogue& e);  // only where has_bf16_products()
 // The whole product, in tiles split across threads when `parallel`. A
 // gathered B in segments goes to block() instead (multiply's tiles may
 // start inside a segment).
 void multiply(const Problem& p, const Epilogue& e, bool parallel);
+void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel);  // only where has_bf16_products()
 
 }  // namespace kiln::gemm

@@ -19,8 +19,12 @@
 // objects at this run's buffers and execute (see DnnlReplay). Those executions
 // allocate inside oneDNN; the GEMM paths do not.
 //
-// Nodes marked to compute in bf16 (passes' assign_precision) run MatMul,
-// Gemm, kiln.Linear and Conv on oneDNN's bf16 primitives: each f32 operand
+// Nodes marked to compute in bf16 (passes' assign_precision) round their
+// operands to bf16 and sum in f32. kiln.Linear, Gemm and MatMul by one
+// matrix run on the GEMM's bf16 products where the CPU has AVX512-BF16
+// (gemm::has_bf16_products): A rounded into scratch on every call, a
+// constant weight rounded and packed once, nothing allocated. The rest (and
+// those, on other CPUs) run on oneDNN's bf16 primitives: each f32 operand
 // rounded into scratch on every call (DnnlReplay's kBf16Input; a Conv's
 // input reordered into oneDNN's blocked layout instead, see BlockedBf16Conv),
 // a constant weight rounded and packed once, f32 accumulation and output.
@@ -376,47 +380,98 @@ void copy_strided(const float* src, const Shape& src_strides, float* dst, const 
 
 namespace {
 
-// A constant B operand packed once by a plan step's first call (gemm.h).
+// A constant B operand packed once by a plan step's first call (gemm.h):
+// floats for f32 products, bf16 for bf16 ones.
+template <typename T>
 struct PackedOperand final : KernelState {
-  float* data = nullptr;
-  size_t floats = 0;
+  T* data = nullptr;
+  size_t count = 0;
   size_t index = 0;  // the input it is a copy of
   ~PackedOperand() override { std::free(data); }
-  size_t owned_bytes() const override { return floats * sizeof(float); }
+  size_t owned_bytes() const override { return count * sizeof(T); }
   bool copies_input(size_t i) const override { return i == index; }
 };
+
+// gemm's packing for each type of product.
+int64_t packed_count(const float*, int64_t k, int64_t n) { return gemm::packed_floats(k, n); }
+int64_t packed_count(const bf16*, int64_t k, int64_t n) { return gemm::packed_bf16_count(k, n); }
+void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
+             float scale) {
+  gemm::pack(b, row_stride, col_stride, k, n, packed, scale);
+}
+void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
+             float scale) {
+  gemm::pack_bf16(b, row_stride, col_stride, k, n, packed, scale);
+}
 
 // Packs B (element (t, j) at b[t * row_stride + j * col_stride], times
 // `scale`) into `owner`'s own buffer: a plan step's copy of constant input
 // `index`.
-Status pack_owned(const KernelContext& ctx, PackedOperand& owner, size_t index, const float* b, int64_t row_stride,
-                  int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
-  const int64_t floats = gemm::packed_floats(k, n);
-  owner.floats = size_t(floats);
+template <typename T>
+Status pack_owned(const KernelContext& ctx, PackedOperand<T>& owner, size_t index, const float* b,
+                  int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
+  const int64_t count = packed_count(owner.data, k, n);
+  owner.count = size_t(count);
   owner.index = index;
-  owner.data = static_cast<float*>(std::aligned_alloc(64, (size_t(floats) * sizeof(float) + 63) / 64 * 64));
+  owner.data = static_cast<T*>(std::aligned_alloc(64, (size_t(count) * sizeof(T) + 63) / 64 * 64));
   if (!owner.data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
-  gemm::pack(b, row_stride, col_stride, k, n, owner.data, scale);
+  pack_as(b, row_stride, col_stride, k, n, owner.data, scale);
   return ok_status();
 }
 
-// B packed for the GEMM and scaled by `scale`: from the step's state when a
-// plan packed it already, into the state when input `index` is a constant
-// this step records, else into scratch.
-Result<const float*> packed_operand(KernelContext& ctx, size_t index, const float* b, int64_t row_stride,
-                                    int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
+// B packed for the GEMM (T = float) or its bf16 products (T = bf16) and
+// scaled by `scale`: from the step's state when a plan packed it already,
+// into the state when input `index` is a constant this step records, else
+// into scratch.
+template <typename T = float>
+Result<const T*> packed_operand(KernelContext& ctx, size_t index, const float* b, int64_t row_stride,
+                                int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
   if (ctx.state && *ctx.state)
-    if (const auto* p = dynamic_cast<const PackedOperand*>(ctx.state->get())) return p->data;
+    if (const auto* p = dynamic_cast<const PackedOperand<T>*>(ctx.state->get())) return p->data;
   if (packs_weight(ctx, index)) {
-    auto state = std::make_unique<PackedOperand>();
+    auto state = std::make_unique<PackedOperand<T>>();
     KILN_RETURN_IF_ERROR(pack_owned(ctx, *state, index, b, row_stride, col_stride, k, n, scale));
-    const float* packed = state->data;
+    const T* packed = state->data;
     *ctx.state = std::move(state);
     return packed;
   }
-  KILN_ASSIGN_OR_RETURN(float* packed, scratch_floats(ctx, gemm::packed_floats(k, n), "a packed operand"));
-  gemm::pack(b, row_stride, col_stride, k, n, packed, scale);
-  return static_cast<const float*>(packed);
+  const int64_t count = packed_count(static_cast<T*>(nullptr), k, n);
+  KILN_ASSIGN_OR_RETURN(void* packed, scratch_bytes(ctx, size_t(count) * sizeof(T), "a packed operand"));
+  pack_as(b, row_stride, col_stride, k, n, static_cast<T*>(packed), scale);
+  return static_cast<const T*>(packed);
+}
+
+// Input 0 (f32, `rows` rows of k) rounded to bf16 into scratch for gemm's
+// bf16 products: rows of gemm::bf16_depth(k), an odd k's last column zero.
+Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
+  const int64_t depth = gemm::bf16_depth(k);
+  KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(rows * depth) * sizeof(bf16), "a bf16 operand"));
+  bf16* out = static_cast<bf16*>(p);
+  const float* in = ctx.input(0)->as<float>();
+  if (depth == k) {
+    round_to_bf16(in, out, rows * k, true);
+  } else {
+    parallel_for(rows, rows * k >= kParallelMinElements, [&](int64_t i) {
+      round_to_bf16(in + i * k, out + i * depth, k, false);
+      out[i * depth + k] = bf16{0};
+    });
+  }
+  return static_cast<const bf16*>(out);
+}
+
+// Y[rows, n] = epilogue(A B) on gemm's bf16 products (where
+// gemm::has_bf16_products()): A is input 0 (rows of k) rounded by
+// bf16_rows; B is input 1 (element (t, j) at
+// b[t * row_stride + j * col_stride]) packed once in a plan, else on each
+// call.
+Status multiply_bf16(KernelContext& ctx, int64_t rows, int64_t n, int64_t k, int64_t row_stride,
+                     int64_t col_stride, const gemm::Epilogue& e) {
+  KILN_ASSIGN_OR_RETURN(const bf16* packed,
+                        packed_operand<bf16>(ctx, 1, ctx.input(1)->as<float>(), row_stride, col_stride, k, n));
+  KILN_ASSIGN_OR_RETURN(const bf16* a, bf16_rows(ctx, rows, k));
+  const int64_t depth = gemm::bf16_depth(k);
+  gemm::multiply(gemm::Bf16Problem{rows, n, depth, a, depth, packed, ctx.output(0)->as<float>(), n}, e, true);
+  return ok_status();
 }
 
 // kiln.Linear's and kiln.Conv's epilogue: bias (input 2), activation,
@@ -481,7 +536,10 @@ Status cpu_MatMul(KernelContext& ctx) {
     fill_zero(y);
     return ok_status();
   }
-  if (computes_in_bf16(*ctx.node)) return guard_dnnl(ctx, [&] { return matmul_bf16(ctx, m, n, k); });
+  if (computes_in_bf16(*ctx.node)) {
+    if (b.numel() == k * n && gemm::has_bf16_products()) return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, {});
+    return guard_dnnl(ctx, [&] { return matmul_bf16(ctx, m, n, k); });
+  }
   const float *pa = a.as<float>(), *pb = b.as<float>();
   float* py = y.as<float>();
   // B shared by every batch (a 2-D weight): fold A's batch into its rows,
@@ -559,7 +617,9 @@ Status cpu_Gemm(KernelContext& ctx) {
     if (!add_c) fill_zero(y);
     return ok_status();
   }
-  if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f) {  // the products added to Y (a sum post-op)
+  if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f) {  // the products added to Y
+    if (gemm::has_bf16_products())
+      return multiply_bf16(ctx, m, n, k, trans_b ? 1 : n, trans_b ? k : 1, {.accumulate = add_c});
     if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
     return guard_dnnl(ctx, [&] {
       dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -602,7 +662,7 @@ struct ConvGeometry final : KernelState {
   // im2col copy, which writes and reads back 9 times the input for a 3x3
   // kernel (3-8 % faster on SD's VAE and UNet convs).
   bool rows_in_place = false;
-  PackedOperand weight;  // pixels_as_rows in a plan: the weight, packed once
+  PackedOperand<float> weight;  // pixels_as_rows in a plan: the weight, packed once
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
   int64_t pixels() const { return out_height * out_width; }
   size_t owned_bytes() const override { return weight.owned_bytes(); }
@@ -1321,6 +1381,8 @@ Status cpu_Linear(KernelContext& ctx) {
   const int64_t k = w.shape[0], n = w.shape[1];
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
+  if (computes_in_bf16(*ctx.node) && gemm::has_bf16_products())
+    return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, fused_epilogue(ctx, false));
   if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops
     return guard_dnnl(ctx, [&] {
       const int64_t m = a.numel() / k;
