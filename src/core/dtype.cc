@@ -78,12 +78,4 @@ f16 f64_to_f16(double d) {
   return f32_to_f16(f);
 }
 
-bf16 f32_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return bf16{uint16_t((bits >> 16) | 0x40)};  // stay a (quiet) NaN
-  uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
-  return bf16{uint16_t((bits + rounding) >> 16)};
-}
-
 }  // namespace kiln

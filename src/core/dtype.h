@@ -58,7 +58,14 @@ inline float bf16_to_f32(bf16 b) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
-bf16 f32_to_bf16(float f);
+// Branch-free (a NaN stays a quiet NaN), so loops over it vectorize.
+inline bf16 f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return bf16{uint16_t(nan ? (bits >> 16) | 0x40u : rounded)};
+}
 
 // Calls fn(T{}) with T the storage type of `dtype`.
 template <typename Fn>

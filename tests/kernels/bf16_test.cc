@@ -115,16 +115,16 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
   }
 }
 
-// Where the CPU has AVX512-BF16, the products of kiln.Linear, Gemm and
-// MatMul by a weight run on kiln's GEMM, and a plan's replay of them
-// allocates nothing; a bf16 Conv still runs on oneDNN, whose executions
-// allocate (which shows the count is live).
+// Where the CPU has AVX512-BF16, the products of kiln.Linear, Gemm, MatMul
+// by a weight and kiln.Attention run on kiln's GEMM, and a plan's replay of
+// them allocates nothing; a bf16 Conv still runs on oneDNN, whose
+// executions allocate (which shows the count is live).
 TEST(Bf16, GemmProductsReplayWithoutAllocating) {
   if (!gemm::has_bf16_products()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   if (replay_allocations(cases(true, false)[0]) < 0) GTEST_SKIP() << "no heap counter (sanitizer build)";
   for (const OpCase& c : cases(true, false)) {
     SCOPED_TRACE(c.label);
-    const bool on_gemm = c.op == OpKind::kLinear || c.label.starts_with("Gemm transB") ||
+    const bool on_gemm = c.op == OpKind::kLinear || c.op == OpKind::kAttention || c.label.starts_with("Gemm transB") ||
                          c.label == "Gemm no C" || c.label.starts_with("MatMul by a");
     if (on_gemm) EXPECT_EQ(replay_allocations(c), 0);
     if (c.label == "Conv 3x3 pad 1") EXPECT_GT(replay_allocations(c), 0);

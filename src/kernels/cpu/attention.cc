@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
@@ -29,11 +30,12 @@ using attention_simd::Strides;
 // element, so threads pay off only at this many.
 constexpr double kParallelMinMacs = double(kParallelMinElements) * 16;
 
-// Below this many keys, bf16 attention runs the f32 kernel: its oneDNN
-// products are then too small to pay for their per-call cost (about 20 us
-// each), and the f32 kernel is faster (kiln_bench_attention, 8 heads x 64: at
-// 256 tokens f32 0.95 ms, bf16 1.30 ms; at 512, 3.33 and 3.06). Every CPU
-// computes these nodes in f32, so results do not depend on the machine.
+// Below this many keys, bf16 attention runs the f32 kernel, which is then
+// faster: a bf16 task's blocks of scores are too short for the products to
+// outweigh the rounding, packing and row-wise softmax around them
+// (kiln_bench_attention, 8 heads x 64, 256 tokens: f32 0.49 ms, bf16 0.69
+// ms; at 1024, 7.3 and 7.5; at 4096, 120 and 99). Every CPU computes these
+// nodes in f32, so results do not depend on the machine.
 constexpr int64_t kBf16MinKeys = 512;
 
 // Dims and strides of x right-aligned to rank 4: missing leading dims have
@@ -106,39 +108,26 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
   return p;
 }
 
-// A plan step's bf16 kernel, built on its first call.
-struct Bf16AttentionState final : KernelState {
-  std::unique_ptr<Bf16Attention> kernel;
-};
-
-Status attention_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
-  Bf16Attention* kernel = nullptr;
-  std::unique_ptr<Bf16Attention> eager;
-  if (ctx.state && *ctx.state) {
-    kernel = static_cast<Bf16AttentionState*>(ctx.state->get())->kernel.get();
-  } else {
-    if (!ctx.cpu) return internal_error("{}: no CPU context", node_label(*ctx.node));
-    KILN_ASSIGN_OR_RETURN(eager, Bf16Attention::create(p, ctx.cpu->engine));
-    kernel = eager.get();
-    if (ctx.state) {
-      auto state = std::make_unique<Bf16AttentionState>();
-      state->kernel = std::move(eager);
-      *ctx.state = std::move(state);
-    }
-  }
-  void* scratch = ctx.workspace ? ctx.workspace->scratch(kernel->scratch_bytes()) : nullptr;
+// bf16 attention on kiln's GEMM (where gemm::has_bf16_products()).
+Status run_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
+  const int threads = omp_get_max_threads();
+  void* scratch = ctx.workspace ? ctx.workspace->scratch(attention_bf16::scratch_bytes(p, threads)) : nullptr;
   if (!scratch) return resource_exhausted("{}: no scratch for bf16 attention", node_label(*ctx.node));
-  if (Status s = kernel->run(p, scratch); !s.ok()) return s.with_context(node_label(*ctx.node));
+  attention_bf16::attend(p, scratch, threads);
   return ok_status();
 }
 
-// Where oneDNN has no bf16 matmul: the f32 kernel on copies of Q, K and V
-// rounded through bf16 (rounded_copy keeps them f32 there).
+// On a CPU without bf16 products: the f32 kernel on copies of Q, K and V
+// rounded through bf16 (kept f32), which the products of bf16 values give.
 Status round_operands_through_bf16(KernelContext& ctx, attention_simd::Problem& p) {
   const float** operands[] = {&p.q, &p.k, &p.v};
   for (size_t i = 0; i < 3; ++i) {
-    KILN_ASSIGN_OR_RETURN(void* copy, rounded_copy(ctx, i));
-    *operands[i] = static_cast<const float*>(copy);
+    const TensorView& in = *ctx.input(i);
+    float* copy = ctx.workspace ? static_cast<float*>(ctx.workspace->scratch(size_t(in.numel()) * sizeof(float)))
+                                : nullptr;
+    if (!copy) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
+    round_through_bf16(in.as<float>(), copy, in.numel(), true);
+    *operands[i] = copy;
   }
   return ok_status();
 }
@@ -157,7 +146,7 @@ Status cpu_Attention(KernelContext& ctx) {
     return ok_status();
   }
   if (computes_in_bf16(*ctx.node) && p.sk >= kBf16MinKeys) {
-    if (onednn_has_bf16()) return attention_bf16(ctx, p);
+    if (gemm::has_bf16_products()) return run_bf16(ctx, p);
     KILN_RETURN_IF_ERROR(round_operands_through_bf16(ctx, p));
   }
   const bool parallel = double(p.b0 * p.b1 * p.sq) * double(p.sk) * double(p.d + p.dv) >= kParallelMinMacs;

@@ -8,31 +8,16 @@
 
 namespace kiln {
 
-namespace {
-
-// Branch-free, so the compiler vectorizes it; the same rounding as
-// f32_to_bf16 (core/dtype.h).
-inline uint16_t bf16_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  return uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
-}
-
-}  // namespace
-
 void round_to_bf16(const float* x, bf16* dst, int64_t n, bool parallel) {
   parallel_ranges(n, parallel && n >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dst[i].bits = bf16_bits(x[i]);
+    for (int64_t i = begin; i < end; ++i) dst[i] = f32_to_bf16(x[i]);
   });
 }
 
 void round_through_bf16(const float* x, float* dst, int64_t n, bool parallel) {
   parallel_ranges(n, parallel && n >= kParallelMinElements, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const uint32_t bits = uint32_t(bf16_bits(x[i])) << 16;
-      std::memcpy(dst + i, &bits, 4);
+      dst[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
   });
 }

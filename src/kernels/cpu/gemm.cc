@@ -282,15 +282,17 @@ void BlockBf16(const Bf16Problem& p, const Epilogue& e) {
 
 void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
               float scale) {
-  const bf16 zero{0};
-  auto value = [&](int64_t t, int64_t j) { return f32_to_bf16(b[t * row_stride + j * col_stride] * scale); };
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const int64_t cols = std::min(kPanel, n - j0);
-    for (int64_t t = 0; t < k; t += 2, packed += 2 * kPanel)
-      for (int64_t j = 0; j < kPanel; ++j) {
-        packed[2 * j] = j < cols ? value(t, j0 + j) : zero;
-        packed[2 * j + 1] = j < cols && t + 1 < k ? value(t + 1, j0 + j) : zero;
+    for (int64_t t = 0; t < k; t += 2, packed += 2 * kPanel) {
+      const float* row = b + t * row_stride + j0 * col_stride;
+      const float* next = t + 1 < k ? row + row_stride : nullptr;
+      for (int64_t j = 0; j < cols; ++j) {
+        packed[2 * j] = f32_to_bf16(row[j * col_stride] * scale);
+        packed[2 * j + 1] = next ? f32_to_bf16(next[j * col_stride] * scale) : bf16{0};
       }
+      std::fill(packed + 2 * cols, packed + 2 * kPanel, bf16{0});
+    }
   }
 }
 
