@@ -76,6 +76,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({2, 40, 4, 16}), x({2, 40, 4, 16}), x({2, 40, 4, 16})}},
       {"Attention rows and keys past a tile", OpKind::kAttention, bshd,
        {x({1, 300, 2, 24}), x({1, 1100, 2, 24}), x({1, 1100, 2, 20})}},
+      {"Attention odd head dim, odd keys in the last block", OpKind::kAttention, bshd,
+       {x({1, 70, 2, 9}), x({1, 515, 2, 9}), x({1, 515, 2, 7})}},
       {"Attention rank 3 with a mask", OpKind::kAttention, a({{"scale", 0.3f}}),
        {x({3, 10, 8}), x({3, 8, 600}), x({3, 600, 5}), f32({10, 600}, -3, 3)}},
       {"Attention causal", OpKind::kAttention, a({{"scale", 0.25f}}),

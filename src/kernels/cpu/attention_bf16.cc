@@ -80,10 +80,9 @@ void attend_rows(const Problem& p, const Layout& l, const char* heads, int64_t b
     if (mask)
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < keys; ++c) s[r * l.lds + c] += mask[r * p.mask_stride[2] + (key0 + c) * p.mask_stride[3]];
-    attention_simd::online_softmax_rows(s, rows, keys, l.lds, max, sum, alpha);
+    attention_simd::online_softmax_rows(s, rows, keys, l.lds, max, sum, alpha, pr);
     const int64_t depth = gemm::bf16_depth(keys);
     for (int64_t r = 0; r < rows; ++r) {
-      round_to_bf16(s + r * l.lds, pr + r * l.lds, keys, false);
       if (keys < depth) pr[r * l.lds + keys] = bf16{0};
       if (key0 > 0)
         for (int64_t e = 0; e < p.dv; ++e) o[r * p.dv + e] *= alpha[r];

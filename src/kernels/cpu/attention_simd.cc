@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype.h"
 #include "kernels/cpu/parallel.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -180,11 +181,29 @@ void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* s
   WriteRows(run, ot, rows, p.dv, at(p.y, p.y_stride) + row0 * p.y_stride[2], p.y_stride[2], p.y_stride[3]);
 }
 
-void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha) {
+// e rounded to bf16 (to nearest even; a NaN stays a quiet NaN), as
+// f32_to_bf16 rounds, stored at out.
+HWY_INLINE void StoreBf16(D d, V e, bf16* out) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::BitCast(di, e);
+  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 1));
+  auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(di, 0x7FFF), odd)));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(di, 0x40));
+  rounded = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(e)), quiet_nan, rounded);
+  // Only the low 16 bits: the shifts are arithmetic, so a negative e's
+  // sign fills the rest.
+  rounded = hn::And(rounded, hn::Set(di, 0xFFFF));
+  hn::StoreU(hn::DemoteTo(d16, rounded), d16, reinterpret_cast<uint16_t*>(out));
+}
+
+void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha,
+                       bf16* probabilities) {
   const D d;
   const int64_t whole = keys / kLanes * kLanes;
   for (int64_t r = 0; r < rows; ++r) {
     float* x = s + r * lds;
+    bf16* out = probabilities ? probabilities + r * lds : nullptr;
     float m = hn::GetLane(hn::MaxOfLanes(d, BlockMax(x, whole / kLanes, kLanes, hn::Set(d, max[r]))));
     for (int64_t j = whole; j < keys; ++j) m = std::isnan(x[j]) || std::isnan(m) ? x[j] + m : std::max(m, x[j]);
     // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
@@ -193,11 +212,17 @@ void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float*
     V acc = hn::Zero(d);
     for (int64_t j = 0; j < whole; j += kLanes) {
       const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vshift));
-      hn::StoreU(e, d, x + j);
+      if (out) StoreBf16(d, e, out + j);
+      else hn::StoreU(e, d, x + j);
       acc = hn::Add(acc, e);
     }
     float total = hn::GetLane(hn::SumOfLanes(d, acc));
-    for (int64_t j = whole; j < keys; ++j) total += x[j] = std::exp(x[j] - shift);
+    for (int64_t j = whole; j < keys; ++j) {
+      const float e = std::exp(x[j] - shift);
+      if (out) out[j] = f32_to_bf16(e);
+      else x[j] = e;
+      total += e;
+    }
     alpha[r] = std::exp(max[r] - shift);
     sum[r] = sum[r] * alpha[r] + total;
     max[r] = m;
@@ -223,8 +248,9 @@ namespace kiln::attention_simd {
 HWY_EXPORT(AttentionF32);
 HWY_EXPORT(OnlineSoftmaxRows);
 
-void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha) {
-  HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRows)(s, rows, keys, lds, max, sum, alpha);
+void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha,
+                         bf16* probabilities) {
+  HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRows)(s, rows, keys, lds, max, sum, alpha, probabilities);
 }
 
 void attention_f32(const Problem& p, float* scratch, bool parallel) {

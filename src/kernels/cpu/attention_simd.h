@@ -15,6 +15,8 @@
 #include <array>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace kiln::attention_simd {
 
 using Strides = std::array<int64_t, 4>;
@@ -47,7 +49,10 @@ void attention_f32(const Problem& p, float* scratch, bool parallel);
 // j < keys. max[r] and sum[r] are the running max and sum of exps (-inf and
 // 0 before the first block; max becomes NaN for good once a NaN is seen);
 // the scores become exp(s - new max) and alpha[r] = exp(old max - new max),
-// the factor the row's accumulated output is scaled by.
-void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha);
+// the factor the row's accumulated output is scaled by. With
+// `probabilities`, the exps go there instead, rounded to bf16 (to nearest
+// even; the sums are of the f32 exps), in rows of the same stride lds.
+void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha,
+                         bf16* probabilities = nullptr);
 
 }  // namespace kiln::attention_simd
