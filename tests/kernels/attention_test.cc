@@ -7,6 +7,7 @@
 #include <random>
 
 #include "heap_counter/heap_counter.h"
+#include "kernels/cpu/attention_simd.h"
 #include "ir/shape_inference.h"
 #include "op_test_util.h"
 #include "runtime/eager_executor.h"
@@ -99,6 +100,58 @@ TEST(Attention, EveryHighwayTarget) {
                mask_where(70, 70, [](int64_t i, int64_t j) { return j > i; })}},
          })
       check_op(c);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// bf16 attention's softmax step writes its probabilities as bf16 with a
+// cheaper exp: within one bf16 step (or both below 2^-120) of the f32 step's
+// exps rounded, with the same running max and the sums within 1e-5; on two
+// blocks of 77 keys (a lane tail), over rows of ordinary scores, of a very
+// wide range and of all -inf; a row with a NaN keeps a NaN max.
+TEST(Attention, OnlineSoftmaxRowsInBf16) {
+  constexpr int64_t kRowsCount = 4, kKeys = 77, kStride = 80;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> ordinary(-8.0f, 8.0f), wide(-150.0f, 20.0f);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> max32(kRowsCount, -INFINITY), sum32(kRowsCount, 0), alpha32(kRowsCount);
+    std::vector<float> max16 = max32, sum16 = sum32, alpha16(kRowsCount);
+    for (int block = 0; block < 2; ++block) {
+      std::vector<float> scores(kRowsCount * kStride);
+      for (int64_t j = 0; j < kKeys; ++j) {
+        scores[0 * kStride + j] = ordinary(rng);
+        scores[1 * kStride + j] = wide(rng);
+        scores[2 * kStride + j] = -INFINITY;
+        scores[3 * kStride + j] = j == 40 && block == 1 ? NAN : ordinary(rng);
+      }
+      std::vector<float> exps = scores;
+      std::vector<bf16> probabilities(kRowsCount * kStride);
+      attention_simd::online_softmax_rows(exps.data(), kRowsCount, kKeys, kStride, max32.data(), sum32.data(),
+                                          alpha32.data());
+      attention_simd::online_softmax_rows(scores.data(), kRowsCount, kKeys, kStride, max16.data(), sum16.data(),
+                                          alpha16.data(), probabilities.data());
+      for (int64_t r = 0; r < kRowsCount; ++r) {
+        SCOPED_TRACE("block " + std::to_string(block) + ", row " + std::to_string(r));
+        if (std::isnan(max32[r])) {  // a NaN seen: the kernels make the row NaN, whatever the exps
+          EXPECT_TRUE(std::isnan(max16[r]));
+          continue;
+        }
+        EXPECT_EQ(max16[r], max32[r]);
+        EXPECT_EQ(alpha16[r], alpha32[r]);
+        EXPECT_NEAR(sum16[r], sum32[r], 1e-5 * std::max(1.0f, sum32[r]));
+        for (int64_t j = 0; j < kKeys; ++j) {
+          const float want = exps[r * kStride + j];
+          const bf16 got = probabilities[r * kStride + j];
+          if (want >= 0x1p-120f) {
+            EXPECT_LE(std::abs(int(got.bits) - int(f32_to_bf16(want).bits)), 1) << j << ": " << want;
+          } else {
+            EXPECT_LT(bf16_to_f32(got), 0x1p-119f) << j;
+          }
+        }
+      }
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
 }
