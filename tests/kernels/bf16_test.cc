@@ -71,8 +71,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // Attention also rounds the probabilities to bf16 before P V: never
       // exact (kAttentionTolerance). Sizes past one 128-row tile and one
       // 512-key block, so short last tiles and online softmax are covered;
-      // below 512 keys it runs in f32.
-      {"Attention bshd, 40 keys (f32: no bf16 path below 512 keys)", OpKind::kAttention, bshd,
+      // below 64 keys it runs in f32.
+      {"Attention bshd, 40 keys (f32: no bf16 path below 64 keys)", OpKind::kAttention, bshd,
        {x({2, 40, 4, 16}), x({2, 40, 4, 16}), x({2, 40, 4, 16})}},
       {"Attention rows and keys past a tile", OpKind::kAttention, bshd,
        {x({1, 300, 2, 24}), x({1, 1100, 2, 24}), x({1, 1100, 2, 20})}},

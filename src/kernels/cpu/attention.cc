@@ -31,12 +31,12 @@ using attention_simd::Strides;
 constexpr double kParallelMinMacs = double(kParallelMinElements) * 16;
 
 // Below this many keys, bf16 attention runs the f32 kernel, which is then
-// faster: a bf16 task's blocks of scores are too short for the products to
-// outweigh the rounding, packing and row-wise softmax around them
-// (kiln_bench_attention, 8 heads x 64, 256 tokens: f32 0.49 ms, bf16 0.69
-// ms; at 1024, 7.3 and 7.5; at 4096, 120 and 99). Every CPU computes these
+// faster: a bf16 task's blocks of scores are too short for its products to
+// outweigh the rounding and packing around them (kiln_bench_attention, 8
+// heads x 64, f32 against bf16 ms: 32 tokens 0.018 and 0.021; 64, 0.049 and
+// 0.046; 256, 0.57 and 0.40; 1024, 7.3 and 5.5). Every CPU computes these
 // nodes in f32, so results do not depend on the machine.
-constexpr int64_t kBf16MinKeys = 512;
+constexpr int64_t kBf16MinKeys = 64;
 
 // Dims and strides of x right-aligned to rank 4: missing leading dims have
 // size 1, and size-1 dims stride 0, which is also how a mask broadcasts.
