@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 

@@ -2,8 +2,6 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <cstring>
-
 #include "kernels/cpu/parallel.h"
 
 namespace kiln {
