@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "core/dtype.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -201,11 +202,13 @@ HWY_INLINE void StoreBf16(D d, V e, bf16* out) {
 // exp(x) for x <= 0 (a score less its row's max) to a relative 3e-6, for
 // probabilities that are rounded to bf16 (to 2^-9) next: 2^n 2^f with
 // x log2(e) = n + f, |f| <= 1/2, and 2^f from its Taylor polynomial of
-// degree 5, about a third of Highway's Exp's work. 0 below -87 (2^-126);
-// a NaN stays NaN.
+// degree 5, about a third of Highway's Exp's work. Below 2^-126 (x < -87.3,
+// -inf too) it gives 0 or 2^-126 times p(f): n is clamped at -127, whose 2^n
+// has a zero exponent field, i.e. is 0. A NaN gives 0; the callers turn a
+// row with a NaN into NaN by its max.
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
-  const V t = hn::Max(hn::Mul(x, hn::Set(d, 1.44269504f)), hn::Set(d, -126.0f));
+  const V t = hn::Max(hn::Mul(x, hn::Set(d, 1.44269504f)), hn::Set(d, -127.0f));
   const auto n = hn::NearestInt(t);
   const V f = hn::Sub(t, hn::ConvertTo(d, n));
   V p = hn::Set(d, 1.33335581e-3f);  // ln(2)^k / k!, k = 5 down to 0
@@ -214,15 +217,48 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   p = hn::MulAdd(p, f, hn::Set(d, 0.240226507f));
   p = hn::MulAdd(p, f, hn::Set(d, 0.693147181f));
   p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
-  const V two_to_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
-  const V y = hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.0f)), hn::Mul(p, two_to_n));
-  return hn::IfThenElse(hn::IsNaN(x), x, y);
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127)))));
 }
+
+// exp(x[j] - shift) for j < whole (whole vectors), rounded to bf16 into
+// out; returns the f32 exps' sums, per lane.
+HWY_INLINE V ExpsToBf16(D d, const float* x, int64_t whole, V shift, bf16* out) {
+  V acc = hn::Zero(d);
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    const V e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + j), shift));
+    StoreBf16(d, e, out + j);
+    acc = hn::Add(acc, e);
+  }
+  return acc;
+}
+
+// The same with AVX512-BF16's conversion (vcvtneps2bf16: to nearest even,
+// one instruction for StoreBf16's eight; denormals, which these exps never
+// reach above 2^-126 anyway, go to 0). Only on CPUs that have it, as
+// gemm::has_bf16_products() tells, which is where bf16 attention runs.
+#define KILN_NATIVE_BF16 (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+#if KILN_NATIVE_BF16
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+V ExpsToBf16Native(D d, const float* x, int64_t whole, V shift, bf16* out) {
+  V acc = hn::Zero(d);
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    const V e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + j), shift));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), (__m256i)_mm512_cvtneps_pbh(e.raw));
+    acc = hn::Add(acc, e);
+  }
+  return acc;
+}
+#pragma GCC pop_options
+#endif
 
 void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha,
                        bf16* probabilities) {
   const D d;
   const int64_t whole = keys / kLanes * kLanes;
+#if KILN_NATIVE_BF16
+  const bool native = probabilities && gemm::has_bf16_products();
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     float* x = s + r * lds;
     bf16* out = probabilities ? probabilities + r * lds : nullptr;
@@ -235,11 +271,12 @@ void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float*
     const V vshift = hn::Set(d, shift);
     V acc = hn::Zero(d);
     if (out) {
-      for (int64_t j = 0; j < whole; j += kLanes) {
-        const V e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + j), vshift));
-        StoreBf16(d, e, out + j);
-        acc = hn::Add(acc, e);
-      }
+#if KILN_NATIVE_BF16
+      if (native)
+        acc = ExpsToBf16Native(d, x, whole, vshift, out);
+      else
+#endif
+        acc = ExpsToBf16(d, x, whole, vshift, out);
     } else {
       for (int64_t j = 0; j < whole; j += kLanes) {
         const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vshift));
