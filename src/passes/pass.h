@@ -59,6 +59,9 @@ Status fuse_attention(Graph& graph, PassStats* stats);
 Status fuse_linear(Graph& graph, PassStats* stats);
 // Conv, then an activation -> kiln.Conv (the GEMM's epilogue).
 Status fuse_conv(Graph& graph, PassStats* stats);
+// 3x3 convolutions with stride 1 marked winograd = 1: the CPU kernel may run
+// them by Winograd's F(2x2, 3x3).
+Status winograd_conv(Graph& graph, PassStats* stats);
 
 // Not a pipeline pass, since it takes the signature: fixes symbolic input
 // dims to concrete sizes and re-infers every shape, so later passes can fold

@@ -20,6 +20,7 @@ constexpr PassInfo kPipeline[] = {
     {"fuse_attention", fuse_attention},
     {"fuse_linear", fuse_linear},  // after the activation fusions, whose ops it absorbs
     {"fuse_conv", fuse_conv},
+    {"winograd_conv", winograd_conv},  // after fuse_conv, so kiln.Conv nodes are marked too
     {"eliminate_dead_code", eliminate_dead_code},
 };
 }  // namespace

@@ -1,0 +1,254 @@
+// Winograd F(2x2, 3x3) convolutions (see winograd.h). The tile transforms
+// are Highway loops compiled once per SIMD target (foreach_target.h
+// re-includes this file), each vector holding a run of tiles along one row
+// of tiles; the products are kiln's GEMM.
+#include "kernels/cpu/winograd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/winograd.cc"
+#include <hwy/foreach_target.h>  // must precede highway.h
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::winograd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+constexpr int64_t kLanes = int64_t(hn::MaxLanes(D()));
+
+// A chunk of one image's tiles: [first, first + count) in row-major order
+// over its tiles_h x tiles_w.
+struct Chunk {
+  int64_t first, count;
+};
+
+// Calls fn(th, tw, t, run) for each run of up to kLanes tiles of the chunk
+// in one row of tiles: tile (th, tw) is the run's first, t its index in the
+// chunk, run its length.
+template <class Fn>
+HWY_INLINE void ForEachRun(const Conv& c, const Chunk& chunk, Fn&& fn) {
+  const int64_t tiles_w = c.tiles_w();
+  for (int64_t t = 0; t < chunk.count;) {
+    const int64_t th = (chunk.first + t) / tiles_w, tw = (chunk.first + t) % tiles_w;
+    const int64_t run = std::min({kLanes, tiles_w - tw, chunk.count - t});
+    fn(th, tw, t, run);
+    t += run;
+  }
+}
+
+// v[xi * in_channels * stride + ic * stride + t] = (B^T d B)[xi] for the
+// chunk's tiles t, from image x; columns [count, stride) zero.
+void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
+  const D d;
+  const Chunk chunk{first, count};
+  const int64_t plane = c.height * c.width, xi_step = c.in_channels * stride;
+  HWY_ALIGN float row[4 * kLanes + 4];  // a padded copy of one input row's reach
+  for (int64_t ic = 0; ic < c.in_channels; ++ic) {
+    float* out = v + ic * stride;
+    for (int64_t xi = 0; xi < 16; ++xi) std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride, 0.0f);
+    ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
+      // d[i][j]: input (2 th - pad_h + i, 2 tw' - pad_w + j) for the run's tiles tw'.
+      V dij[4][4];
+      const int64_t iw = 2 * tw - c.pad_w, reach = 2 * kLanes + 2;
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t ih = 2 * th - c.pad_h + i;
+        if (ih < 0 || ih >= c.height) {
+          for (auto& value : dij[i]) value = hn::Zero(d);
+          continue;
+        }
+        const float* in = x + ic * plane + ih * c.width;
+        const float* from = in + iw;
+        if (iw < 0 || iw + reach > c.width) {  // the row's edge within reach: a zero-padded copy
+          for (int64_t j = 0; j < reach; ++j) row[j] = iw + j >= 0 && iw + j < c.width ? in[iw + j] : 0.0f;
+          from = row;
+        }
+        hn::LoadInterleaved2(d, from, dij[i][0], dij[i][1]);
+        hn::LoadInterleaved2(d, from + 2, dij[i][2], dij[i][3]);
+      }
+      // B^T d: rows combined; then (B^T d) B: columns.
+      V r[4][4];
+      for (int64_t j = 0; j < 4; ++j) {
+        r[0][j] = hn::Sub(dij[0][j], dij[2][j]);
+        r[1][j] = hn::Add(dij[1][j], dij[2][j]);
+        r[2][j] = hn::Sub(dij[2][j], dij[1][j]);
+        r[3][j] = hn::Sub(dij[1][j], dij[3][j]);
+      }
+      HWY_ALIGN float part[kLanes];
+      for (int64_t a = 0; a < 4; ++a) {
+        const V cols[4] = {hn::Sub(r[a][0], r[a][2]), hn::Add(r[a][1], r[a][2]), hn::Sub(r[a][2], r[a][1]),
+                           hn::Sub(r[a][1], r[a][3])};
+        for (int64_t b = 0; b < 4; ++b) {
+          float* to = out + (a * 4 + b) * xi_step + t;
+          if (run == kLanes) {
+            hn::StoreU(cols[b], d, to);
+          } else {
+            hn::Store(cols[b], d, part);
+            std::copy(part, part + run, to);
+          }
+        }
+      }
+    });
+  }
+}
+
+// y's tiles of the chunk = A^T M A + bias (+ residual), from m[xi *
+// out_channels * stride + oc * stride + t]; a tile's outputs past y's edge
+// are dropped. y and residual point at the image.
+void OutputTransform(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
+                     const float* bias, const float* residual, float* y) {
+  const D d;
+  const Chunk chunk{first, count};
+  const int64_t plane = c.out_height * c.out_width, xi_step = c.out_channels * stride;
+  HWY_ALIGN float y0[2 * kLanes], y1[2 * kLanes];
+  for (int64_t oc = 0; oc < c.out_channels; ++oc) {
+    const V b = hn::Set(d, bias ? bias[oc] : 0.0f);
+    ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
+      const float* in = m + oc * stride + t;
+      V s[4], u[4];  // A^T M: rows 0 + 1 + 2 and 1 - 2 - 3
+      for (int64_t j = 0; j < 4; ++j) {
+        const V m0 = hn::LoadU(d, in + j * xi_step), m1 = hn::LoadU(d, in + (4 + j) * xi_step);
+        const V m2 = hn::LoadU(d, in + (8 + j) * xi_step), m3 = hn::LoadU(d, in + (12 + j) * xi_step);
+        s[j] = hn::Add(hn::Add(m0, m1), m2);
+        u[j] = hn::Sub(hn::Sub(m1, m2), m3);
+      }
+      // (A^T M) A, the bias added: outputs (2 th + a, 2 tw' + e).
+      V out[2][2] = {{hn::Add(hn::Add(hn::Add(s[0], s[1]), s[2]), b), hn::Add(hn::Sub(hn::Sub(s[1], s[2]), s[3]), b)},
+                     {hn::Add(hn::Add(hn::Add(u[0], u[1]), u[2]), b), hn::Add(hn::Sub(hn::Sub(u[1], u[2]), u[3]), b)}};
+      const int64_t oh = 2 * th, ow = 2 * tw;
+      const bool whole = run == kLanes && ow + 2 * kLanes <= c.out_width && oh + 1 < c.out_height;
+      for (int64_t a = 0; a < 2 && oh + a < c.out_height; ++a) {
+        float* to = y + oc * plane + (oh + a) * c.out_width + ow;
+        const float* add = residual ? residual + oc * plane + (oh + a) * c.out_width + ow : nullptr;
+        if (whole) {
+          if (add) {
+            V even, odd;
+            hn::LoadInterleaved2(d, add, even, odd);
+            out[a][0] = hn::Add(out[a][0], even);
+            out[a][1] = hn::Add(out[a][1], odd);
+          }
+          hn::StoreInterleaved2(out[a][0], out[a][1], d, to);
+          continue;
+        }
+        float* pair = a ? y1 : y0;
+        hn::StoreInterleaved2(out[a][0], out[a][1], d, pair);
+        const int64_t cols = std::min(2 * run, c.out_width - ow);
+        for (int64_t e = 0; e < cols; ++e) to[e] = pair[e] + (add ? add[e] : 0.0f);
+      }
+    });
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kiln::winograd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kiln::winograd {
+
+HWY_EXPORT(InputTransform);
+HWY_EXPORT(OutputTransform);
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// A chunk's columns: kChunkTiles, or the image's tiles rounded up to whole
+// GEMM panels (of every target: 32 columns) when there are fewer.
+int64_t chunk_stride(const Conv& c) {
+  return std::min(kChunkTiles, (c.tiles_h() * c.tiles_w() + 31) / 32 * 32);
+}
+
+// The scratch: U, the GEMM's row offsets into V, then a slot per thread
+// (V, M and the lanes M's last loads may read past it).
+struct Layout {
+  size_t u_bytes, rows_bytes, v_bytes, m_bytes, slot_bytes;
+  explicit Layout(const Conv& c) {
+    const int64_t stride = chunk_stride(c);
+    u_bytes = aligned(size_t(16 * c.out_channels * c.in_channels) * sizeof(float));
+    rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
+    v_bytes = aligned(size_t(16 * c.in_channels * stride) * sizeof(float));
+    m_bytes = aligned(size_t(16 * c.out_channels * stride + 16) * sizeof(float));
+    slot_bytes = v_bytes + m_bytes;
+  }
+};
+
+// U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic], G = [1 0 0; 1/2 1/2 1/2;
+// 1/2 -1/2 1/2; 0 0 1].
+void transform_filters(const Conv& c, const float* w, float* u, int threads) {
+  const int64_t pairs = c.out_channels * c.in_channels;
+  parallel_for(c.out_channels, threads > 1, [&](int64_t oc) {
+    for (int64_t ic = 0; ic < c.in_channels; ++ic) {
+      const float* g = w + (oc * c.in_channels + ic) * 9;
+      float gg[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        gg[0][j] = g[j];
+        gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        gg[3][j] = g[6 + j];
+      }
+      float* to = u + oc * c.in_channels + ic;
+      for (int a = 0; a < 4; ++a) {
+        to[(a * 4 + 0) * pairs] = gg[a][0];
+        to[(a * 4 + 1) * pairs] = 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]);
+        to[(a * 4 + 2) * pairs] = 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]);
+        to[(a * 4 + 3) * pairs] = gg[a][2];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool pays_off(const Conv& c) {
+  // The filter transform on every call reads the weight and writes 16/9 of
+  // it; below a few hundred tiles that costs more than the products save.
+  return c.in_channels >= 32 && c.out_channels >= 32 && c.batch * c.tiles_h() * c.tiles_w() >= 256;
+}
+
+size_t scratch_bytes(const Conv& c, int threads) {
+  const Layout l(c);
+  return l.u_bytes + l.rows_bytes + size_t(threads) * l.slot_bytes;
+}
+
+void convolve(const Conv& c, const float* x, const float* w, const float* bias, const float* residual, float* y,
+              void* scratch, int threads) {
+  const Layout l(c);
+  char* base = static_cast<char*>(scratch);
+  float* u = reinterpret_cast<float*>(base);
+  auto* rows = reinterpret_cast<int64_t*>(base + l.u_bytes);
+  char* slots = base + l.u_bytes + l.rows_bytes;
+  const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w();
+  const int64_t chunks = (tiles + stride - 1) / stride;
+  transform_filters(c, w, u, threads);
+  for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
+  const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
+  const bool parallel = threads > 1 && c.batch * chunks > 1;
+  parallel_for(c.batch * chunks, parallel, [&](int64_t task) {
+    const int64_t image = task / chunks, first = task % chunks * stride, count = std::min(stride, tiles - first);
+    char* slot = slots + size_t(parallel ? omp_get_thread_num() : 0) * l.slot_bytes;
+    float* v = reinterpret_cast<float*>(slot);
+    float* m = reinterpret_cast<float*>(slot + l.v_bytes);
+    HWY_DYNAMIC_DISPATCH(InputTransform)(c, first, count, x + image * in_plane, stride, v);
+    for (int64_t xi = 0; xi < 16; ++xi)
+      gemm::block({c.out_channels, stride, c.in_channels, u + xi * c.out_channels * c.in_channels, c.in_channels,
+                   v + xi * c.in_channels * stride, m + xi * c.out_channels * stride, stride, rows},
+                  {});
+    HWY_DYNAMIC_DISPATCH(OutputTransform)(c, first, count, m, stride, bias, residual ? residual + image * out_plane : nullptr,
+                                          y + image * out_plane);
+  });
+}
+
+}  // namespace kiln::winograd
+#endif  // HWY_ONCE

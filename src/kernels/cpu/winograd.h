@@ -1,0 +1,50 @@
+// 3x3 convolutions (stride 1, no dilation, one group) by Winograd's minimal
+// filtering F(2x2, 3x3) (Lavin and Gray, 2015): each 2x2 block of outputs
+// ("tile") comes from its 4x4 block of inputs in 16 multiplications per
+// pair of channels, where the direct convolution takes 36. Per call:
+//
+//   U[xi] = G g G^T     every filter g (OC x IC of them), xi < 16
+//   V[xi] = B^T d B     every tile's input block d, per input channel
+//   M[xi] = U[xi] V[xi] 16 GEMMs of OC x IC by IC x tiles (kiln's GEMM)
+//   y     = A^T M A     (+ bias, + residual) for each tile and output channel
+//
+// with the transform matrices of F(2x2, 3x3), whose entries are 0, +-1 and
+// +-1/2, so the results stay within a few ulps of the direct product's. The
+// tiles go in chunks of kChunkTiles per thread, so V and M stay in cache.
+//
+//   winograd::Conv c{...};
+//   if (winograd::pays_off(c)) {
+//     std::vector<char> scratch(winograd::scratch_bytes(c, threads));  // 64-byte aligned
+//     winograd::convolve(c, x, w, bias, residual, y, scratch.data(), threads);
+//   }
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::winograd {
+
+// An NCHW convolution by a 3x3 kernel [OC, IC, 3, 3], stride 1, no
+// dilation; the output size is what the padding gives.
+struct Conv {
+  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
+  int64_t out_channels = 0, out_height = 0, out_width = 0, pad_h = 0, pad_w = 0;
+  int64_t tiles_h() const { return (out_height + 1) / 2; }
+  int64_t tiles_w() const { return (out_width + 1) / 2; }
+};
+
+// Tiles per chunk: the GEMMs' N (4 panels of 32 columns on AVX-512).
+inline constexpr int64_t kChunkTiles = 128;
+
+// Whether F(2x2, 3x3) is faster than the direct GEMM here: enough channels
+// for its GEMMs to run at speed, and enough tiles to pay for transforming
+// the filters on every call.
+bool pays_off(const Conv& c);
+// Scratch bytes convolve() needs on `threads` threads (a multiple of 64).
+size_t scratch_bytes(const Conv& c, int threads);
+// y = conv(x, w) + bias[oc] (null: none) + residual (shaped like y; null:
+// none; it may be y itself), on `threads` threads (omp_get_max_threads() or 1).
+void convolve(const Conv& c, const float* x, const float* w, const float* bias, const float* residual, float* y,
+              void* scratch, int threads);
+
+}  // namespace kiln::winograd
