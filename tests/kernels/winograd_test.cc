@@ -82,7 +82,9 @@ TEST(Winograd, MatchesDirectConvolution) {
         if (k.in_place) y = residual;
         std::vector<char> scratch(winograd::scratch_bytes(c, threads) + 64);
         void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-        winograd::convolve(c, x.data(), w.data(), bias.data(),
+        std::vector<float> u(winograd::filter_floats(c));
+        winograd::transform_filters(c, w.data(), u.data(), threads);
+        winograd::convolve(c, x.data(), u.data(), bias.data(),
                            k.residual ? (k.in_place ? y.data() : residual.data()) : nullptr, y.data(), aligned,
                            threads);
         double worst = 0;
@@ -93,12 +95,16 @@ TEST(Winograd, MatchesDirectConvolution) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// Only convolutions with enough channels and tiles go to Winograd.
+// Only convolutions with enough channels and tiles go to Winograd; more
+// tiles when each call transforms the filters.
 TEST(Winograd, PaysOffOnlyForLargeConvolutions) {
-  EXPECT_TRUE(winograd::pays_off({1, 512, 64, 64, 512, 64, 64, 1, 1}));    // SD's VAE
-  EXPECT_TRUE(winograd::pays_off({2, 320, 32, 32, 320, 32, 32, 1, 1}));    // SD's UNet at 32x32 latents
-  EXPECT_FALSE(winograd::pays_off({2, 1280, 8, 8, 1280, 8, 8, 1, 1}));     // its 8x8 level: too few tiles
-  EXPECT_FALSE(winograd::pays_off({1, 4, 64, 64, 512, 64, 64, 1, 1}));     // conv_in: too few channels
+  const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1};
+  const winograd::Conv unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1}, conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1};
+  EXPECT_TRUE(winograd::pays_off(vae, false));
+  EXPECT_TRUE(winograd::pays_off(unet_16, true));
+  EXPECT_FALSE(winograd::pays_off(unet_16, false));  // 128 tiles
+  EXPECT_FALSE(winograd::pays_off(unet_8, true));    // 32 tiles
+  EXPECT_FALSE(winograd::pays_off(conv_in, true));   // 4 input channels
 }
 
 // The Conv kernel on a convolution the winograd_conv pass marks, eagerly
@@ -110,7 +116,7 @@ TEST(Winograd, ConvKernel) {
   marked.set("winograd", int64_t(1));
   const testing::OpCase c{"3x3, 2 images, 31x33 outputs", OpKind::kConv, marked,
                           {f32({2, 40, 30, 34}), f32({36, 40, 3, 3}), f32({36})}, 1, 1e-4};
-  ASSERT_TRUE(winograd::pays_off({2, 40, 30, 34, 36, 31, 33, 1, 0}));
+  ASSERT_TRUE(winograd::pays_off({2, 40, 30, 34, 36, 31, 33, 1, 0}, false));
   EXPECT_TRUE(testing::check_op(c));
   testing::OpCase unmarked = c;
   unmarked.attrs.set("winograd", int64_t(0));  // the plan's pass marks it again

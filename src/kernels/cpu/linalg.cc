@@ -666,7 +666,9 @@ struct ConvGeometry final : KernelState {
   // 3x3, stride 1, enough channels and tiles: Winograd's F(2x2, 3x3)
   // (winograd.h), 2.25x fewer multiplications.
   bool winograd = false;
-  PackedOperand<float> weight;  // pixels_as_rows in a plan: the weight, packed once
+  // The weight as the conv reads it, made once in a plan: packed as B
+  // (pixels_as_rows) or Winograd's transformed filters.
+  PackedOperand<float> weight;
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
   int64_t pixels() const { return out_height * out_width; }
   size_t owned_bytes() const override { return weight.owned_bytes(); }
@@ -904,12 +906,31 @@ winograd::Conv winograd_conv(const ConvGeometry& g) {
   return {g.batch, g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width, g.pad_h, g.pad_w};
 }
 
+// A plan step's copy of the weight (input 1) as Winograd's filters.
+Status own_winograd_filters(const KernelContext& ctx, ConvGeometry& g, const float* w) {
+  const winograd::Conv c = winograd_conv(g);
+  PackedOperand<float>& u = g.weight;
+  u.count = winograd::filter_floats(c);
+  u.index = 1;
+  u.data = static_cast<float*>(std::aligned_alloc(64, (u.count * sizeof(float) + 63) / 64 * 64));
+  if (!u.data) return resource_exhausted("{}: no memory for Winograd's filters", node_label(*ctx.node));
+  winograd::transform_filters(c, w, u.data, omp_get_max_threads());
+  return ok_status();
+}
+
+// The filters transformed once in a plan (g.weight), else on each call.
 Status conv_winograd(KernelContext& ctx, const ConvGeometry& g) {
   const winograd::Conv c = winograd_conv(g);
   const int threads = omp_get_max_threads();
-  KILN_ASSIGN_OR_RETURN(void* scratch, scratch_bytes(ctx, winograd::scratch_bytes(c, threads), "Winograd's transforms"));
+  const float* filters = g.weight.data;
+  if (!filters) {
+    KILN_ASSIGN_OR_RETURN(float* u, scratch_floats(ctx, int64_t(winograd::filter_floats(c)), "Winograd's filters"));
+    winograd::transform_filters(c, ctx.input(1)->as<float>(), u, threads);
+    filters = u;
+  }
+  KILN_ASSIGN_OR_RETURN(void* scratch, scratch_bytes(ctx, winograd::scratch_bytes(c, threads), "Winograd's tiles"));
   const TensorView *bias = ctx.input(2), *residual = ctx.node->op == OpKind::kFusedConv ? ctx.input(3) : nullptr;
-  winograd::convolve(c, ctx.input(0)->as<float>(), ctx.input(1)->as<float>(), bias ? bias->as<float>() : nullptr,
+  winograd::convolve(c, ctx.input(0)->as<float>(), filters, bias ? bias->as<float>() : nullptr,
                      residual ? residual->as<float>() : nullptr, ctx.output(0)->as<float>(), scratch, threads);
   return ok_status();
 }
@@ -1110,9 +1131,11 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
                        cg.out_width % gemm::panel_width() == 0;
     cg.winograd = ctx.attrs().get_int("winograd", 0) && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 &&
                   cg.stride_h == 1 && cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 &&
-                  !fused_epilogue(ctx, true).activate && winograd::pays_off(winograd_conv(cg));
+                  !fused_epilogue(ctx, true).activate && winograd::pays_off(winograd_conv(cg), packs_weight(ctx, 1));
     if (cg.pixels_as_rows && packs_weight(ctx, 1))
       KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
+    if (cg.winograd && packs_weight(ctx, 1))
+      KILN_RETURN_IF_ERROR(own_winograd_filters(ctx, cg, w.as<float>()));
     if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
     *ctx.state = std::move(geometry);
     return conv_gemm_or_rows(ctx, *geometry_of(ctx));

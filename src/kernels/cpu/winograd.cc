@@ -170,19 +170,20 @@ int64_t chunk_stride(const Conv& c) {
   return std::min(kChunkTiles, (c.tiles_h() * c.tiles_w() + 31) / 32 * 32);
 }
 
-// The scratch: U, the GEMM's row offsets into V, then a slot per thread
-// (V, M and the lanes M's last loads may read past it).
+// The scratch: the GEMM's row offsets into V, then a slot per thread (V, M
+// and the lanes M's last loads may read past it).
 struct Layout {
-  size_t u_bytes, rows_bytes, v_bytes, m_bytes, slot_bytes;
+  size_t rows_bytes, v_bytes, m_bytes, slot_bytes;
   explicit Layout(const Conv& c) {
     const int64_t stride = chunk_stride(c);
-    u_bytes = aligned(size_t(16 * c.out_channels * c.in_channels) * sizeof(float));
     rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
     v_bytes = aligned(size_t(16 * c.in_channels * stride) * sizeof(float));
     m_bytes = aligned(size_t(16 * c.out_channels * stride + 16) * sizeof(float));
     slot_bytes = v_bytes + m_bytes;
   }
 };
+
+}  // namespace
 
 // U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic], G = [1 0 0; 1/2 1/2 1/2;
 // 1/2 -1/2 1/2; 0 0 1].
@@ -209,29 +210,30 @@ void transform_filters(const Conv& c, const float* w, float* u, int threads) {
   });
 }
 
-}  // namespace
-
-bool pays_off(const Conv& c) {
-  // The filter transform on every call reads the weight and writes 16/9 of
-  // it; below a few hundred tiles that costs more than the products save.
-  return c.in_channels >= 32 && c.out_channels >= 32 && c.batch * c.tiles_h() * c.tiles_w() >= 256;
+bool pays_off(const Conv& c, bool filters_kept) {
+  // kiln_bench_conv, direct against Winograd with the filters kept: SD's
+  // UNet at 16x16 (batch 2, 128 tiles) 1.65-1.78x as fast, at 8x8 (32 tiles,
+  // half of each 32-column GEMM panel empty) 0.83-0.92x. Transforming the
+  // filters on every call made 256 tiles of 512 channels break even (1.01x).
+  const int64_t tiles = c.batch * c.tiles_h() * c.tiles_w();
+  return c.in_channels >= 32 && c.out_channels >= 32 && tiles >= (filters_kept ? 128 : 512);
 }
+
+size_t filter_floats(const Conv& c) { return size_t(16 * c.out_channels * c.in_channels); }
 
 size_t scratch_bytes(const Conv& c, int threads) {
   const Layout l(c);
-  return l.u_bytes + l.rows_bytes + size_t(threads) * l.slot_bytes;
+  return l.rows_bytes + size_t(threads) * l.slot_bytes;
 }
 
-void convolve(const Conv& c, const float* x, const float* w, const float* bias, const float* residual, float* y,
+void convolve(const Conv& c, const float* x, const float* u, const float* bias, const float* residual, float* y,
               void* scratch, int threads) {
   const Layout l(c);
   char* base = static_cast<char*>(scratch);
-  float* u = reinterpret_cast<float*>(base);
-  auto* rows = reinterpret_cast<int64_t*>(base + l.u_bytes);
-  char* slots = base + l.u_bytes + l.rows_bytes;
+  auto* rows = reinterpret_cast<int64_t*>(base);
+  char* slots = base + l.rows_bytes;
   const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w();
   const int64_t chunks = (tiles + stride - 1) / stride;
-  transform_filters(c, w, u, threads);
   for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
   const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
   const bool parallel = threads > 1 && c.batch * chunks > 1;

@@ -3,7 +3,7 @@
 // ("tile") comes from its 4x4 block of inputs in 16 multiplications per
 // pair of channels, where the direct convolution takes 36. Per call:
 //
-//   U[xi] = G g G^T     every filter g (OC x IC of them), xi < 16
+//   U[xi] = G g G^T     every filter g (OC x IC of them), xi < 16; once in a plan
 //   V[xi] = B^T d B     every tile's input block d, per input channel
 //   M[xi] = U[xi] V[xi] 16 GEMMs of OC x IC by IC x tiles (kiln's GEMM)
 //   y     = A^T M A     (+ bias, + residual) for each tile and output channel
@@ -13,9 +13,11 @@
 // tiles go in chunks of kChunkTiles per thread, so V and M stay in cache.
 //
 //   winograd::Conv c{...};
-//   if (winograd::pays_off(c)) {
+//   if (winograd::pays_off(c, /*filters_kept=*/false)) {
+//     std::vector<float> u(winograd::filter_floats(c));
+//     winograd::transform_filters(c, w, u.data(), threads);
 //     std::vector<char> scratch(winograd::scratch_bytes(c, threads));  // 64-byte aligned
-//     winograd::convolve(c, x, w, bias, residual, y, scratch.data(), threads);
+//     winograd::convolve(c, x, u.data(), bias, residual, y, scratch.data(), threads);
 //   }
 #pragma once
 
@@ -37,14 +39,23 @@ struct Conv {
 inline constexpr int64_t kChunkTiles = 128;
 
 // Whether F(2x2, 3x3) is faster than the direct GEMM here: enough channels
-// for its GEMMs to run at speed, and enough tiles to pay for transforming
-// the filters on every call.
-bool pays_off(const Conv& c);
+// for its GEMMs to run at speed, and enough tiles to fill their panels and
+// pay for the transforms; more of them when the filters are transformed on
+// every call (eager), fewer when a plan keeps them transformed.
+bool pays_off(const Conv& c, bool filters_kept);
+
+// Floats of the transformed filters, U: 16 x OC x IC.
+size_t filter_floats(const Conv& c);
+// U from the weight w [OC, IC, 3, 3]. A plan transforms a constant weight
+// once and keeps U in place of it.
+void transform_filters(const Conv& c, const float* w, float* u, int threads);
+
 // Scratch bytes convolve() needs on `threads` threads (a multiple of 64).
 size_t scratch_bytes(const Conv& c, int threads);
 // y = conv(x, w) + bias[oc] (null: none) + residual (shaped like y; null:
-// none; it may be y itself), on `threads` threads (omp_get_max_threads() or 1).
-void convolve(const Conv& c, const float* x, const float* w, const float* bias, const float* residual, float* y,
+// none; it may be y itself), from w's transformed filters u, on `threads`
+// threads (omp_get_max_threads() or 1).
+void convolve(const Conv& c, const float* x, const float* u, const float* bias, const float* residual, float* y,
               void* scratch, int threads);
 
 }  // namespace kiln::winograd

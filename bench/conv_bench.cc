@@ -1,0 +1,124 @@
+// One 3x3 convolution (pad 1, stride 1, with bias) at the shapes of SD's VAE
+// decoder and UNet, as the direct GEMM convolution and as Winograd's F(2x2,
+// 3x3) (the winograd_conv pass on and off): both compiled into plans, runs
+// interleaved (direct, Winograd, direct, ...) so drift on a shared machine
+// hits both alike; medians, and the outputs' largest difference.
+//
+//   build/bench/kiln_bench_conv [--iters 7]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/winograd.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+namespace {
+
+struct Shape4 {
+  const char* where;
+  int64_t batch, in_channels, out_channels, size;
+};
+
+// SD 1.5's VAE decoder at 256x256 (its levels 32 to 256 pixels wide), then
+// its UNet at 32x32 latents (CFG batch 2; the 8x8 level has too few tiles
+// for winograd::pays_off and runs direct whatever the pass says).
+const Shape4 kShapes[] = {
+    {"VAE mid", 1, 512, 512, 32},    {"VAE up 64", 1, 512, 512, 64},  {"VAE up 128", 1, 512, 512, 128},
+    {"VAE up 256", 1, 256, 256, 256}, {"VAE last", 1, 128, 128, 256}, {"UNet 32", 2, 320, 320, 32},
+    {"UNet 32 in", 2, 640, 320, 32},  {"UNet 16", 2, 640, 640, 16}, {"UNet 16 in", 2, 320, 640, 16}, {"UNet 8", 2, 1280, 1280, 8}, {"UNet 8 in", 2, 640, 1280, 8},
+};
+
+Graph conv_graph(const Shape4& s, std::mt19937& rng) {
+  Graph g;
+  g.opset = 18;
+  Value* x = g.add_input("x", DType::kF32, sym_shape_from({s.batch, s.in_channels, s.size, s.size}));
+  Tensor w = *Tensor::empty(DType::kF32, {s.out_channels, s.in_channels, 3, 3});
+  Tensor b = *Tensor::empty(DType::kF32, {s.out_channels});
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = dist(rng);
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = dist(rng);
+  Attributes a;
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Value* y = g.add_value("y");
+  g.add_node(OpKind::kConv, "conv", {x, g.add_constant("w", std::move(w)), g.add_constant("b", std::move(b))}, {y},
+             a);
+  g.mark_output(y);
+  return g;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+int run(int argc, char** argv) {
+  int iters = 7;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--iters" && i + 1 < argc) {
+      iters = std::atoi(argv[i + 1]);
+    } else {
+      fmt::print(stderr, "usage: kiln_bench_conv [--iters N]\n");
+      return 2;
+    }
+  }
+  fmt::print("3x3 conv, pad 1, bias; median of {} runs each, interleaved\n", iters);
+  fmt::print("{:<11} {:>16} {:>10} {:>12} {:>12} {:>11} {:>10}\n", "where", "N x IC>OC x HW", "direct ms",
+             "Winograd ms", "direct GF/s", "ratio", "max diff");
+  for (const Shape4& s : kShapes) {
+    std::mt19937 rng(1);
+    Tensor x = *Tensor::empty(DType::kF32, {s.batch, s.in_channels, s.size, s.size});
+    std::normal_distribution<float> dist;
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
+    std::unique_ptr<Plan> plans[2];
+    for (int winograd = 0; winograd < 2; ++winograd) {
+      std::mt19937 weights(2);  // the same weights in both
+      PassOptions passes;
+      if (!winograd) passes.disabled = {"winograd_conv"};
+      auto plan = Plan::compile(conv_graph(s, weights), {.passes = passes});
+      if (!plan.ok() || !(*plan)->bind_input("x", x.view()).ok()) {
+        fmt::print(stderr, "{}: compile or bind failed\n", s.where);
+        return 1;
+      }
+      plans[winograd] = std::move(*plan);
+    }
+    std::vector<double> ms[2];
+    std::vector<float> out[2];
+    for (int i = -1; i < iters; ++i)  // one untimed round: each plan records its steps
+      for (int k = 0; k < 2; ++k) {
+        const auto start = std::chrono::steady_clock::now();
+        if (Status st = plans[k]->run(); !st.ok()) {
+          fmt::print(stderr, "{}\n", st.message());
+          return 1;
+        }
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (i >= 0) ms[k].push_back(t);
+        if (i == -1) {
+          const TensorView& y = plans[k]->output(0);
+          out[k].assign(y.as<float>(), y.as<float>() + y.numel());
+        }
+      }
+    float diff = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) diff = std::max(diff, std::abs(out[0][i] - out[1][i]));
+    const double flops = 2.0 * double(s.batch * s.out_channels * s.size * s.size) * double(s.in_channels * 9);
+    const bool used =
+        winograd::pays_off({s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true);
+    fmt::print("{:<11} {:>16} {:>10.2f} {:>12.2f} {:>12.1f} {:>10.2f}x {:>10.1e}{}\n", s.where,
+               fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), median(ms[0]),
+               median(ms[1]), flops / median(ms[0]) / 1e6, median(ms[0]) / median(ms[1]), diff,
+               used ? "" : "  (direct both: too few tiles)");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) { return kiln::run(argc, argv); }
