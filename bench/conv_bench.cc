@@ -1,8 +1,9 @@
 // One 3x3 convolution (pad 1, stride 1, with bias) at the shapes of SD's VAE
-// decoder and UNet, as the direct GEMM convolution and as Winograd's F(2x2,
-// 3x3) (the winograd_conv pass on and off): both compiled into plans, runs
-// interleaved (direct, Winograd, direct, ...) so drift on a shared machine
-// hits both alike; medians, and the outputs' largest difference.
+// decoder and UNet, direct and by Winograd's F(2x2, 3x3) (the winograd_conv
+// pass off and on), in f32 and, on CPUs with AVX512-BF16, in bf16 (direct:
+// oneDNN's bf16 convolution; Winograd: its GEMMs on bf16 products): each
+// compiled into a plan, runs interleaved so drift on a shared machine hits
+// all alike; medians, and the largest difference between the f32 outputs.
 //
 //   build/bench/kiln_bench_conv [--iters 7]
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/winograd.h"
 #include "runtime/plan.h"
 
@@ -69,51 +71,57 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  fmt::print("3x3 conv, pad 1, bias; median of {} runs each, interleaved\n", iters);
-  fmt::print("{:<11} {:>16} {:>10} {:>12} {:>12} {:>11} {:>10}\n", "where", "N x IC>OC x HW", "direct ms",
-             "Winograd ms", "direct GF/s", "ratio", "max diff");
+  fmt::print("3x3 conv, pad 1, bias; median of {} runs each, interleaved; ms, and direct / Winograd\n", iters);
+  const bool bf16 = gemm::has_bf16_products();  // else bf16 convs stay on oneDNN whatever the pass says
+  fmt::print("{:<11} {:>18} {:>8} {:>8} {:>7} {:>9}{}\n", "where", "N x IC>OC x HW", "f32", "Winograd", "ratio",
+             "max diff", bf16 ? "   bf16 Winograd  ratio" : "");
   for (const Shape4& s : kShapes) {
     std::mt19937 rng(1);
     Tensor x = *Tensor::empty(DType::kF32, {s.batch, s.in_channels, s.size, s.size});
     std::normal_distribution<float> dist;
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
-    std::unique_ptr<Plan> plans[2];
-    for (int winograd = 0; winograd < 2; ++winograd) {
-      std::mt19937 weights(2);  // the same weights in both
+    // f32 direct, f32 Winograd, then (with bf16 products) the same in bf16.
+    const int variants = bf16 ? 4 : 2;
+    std::vector<std::unique_ptr<Plan>> plans;
+    for (int k = 0; k < variants; ++k) {
+      std::mt19937 weights(2);  // the same weights in each
       PassOptions passes;
-      if (!winograd) passes.disabled = {"winograd_conv"};
+      if (k % 2 == 0) passes.disabled = {"winograd_conv"};
+      if (k >= 2) passes.precision.compute = DType::kBF16;
       auto plan = Plan::compile(conv_graph(s, weights), {.passes = passes});
       if (!plan.ok() || !(*plan)->bind_input("x", x.view()).ok()) {
         fmt::print(stderr, "{}: compile or bind failed\n", s.where);
         return 1;
       }
-      plans[winograd] = std::move(*plan);
+      plans.push_back(std::move(*plan));
     }
-    std::vector<double> ms[2];
+    std::vector<std::vector<double>> ms(plans.size());
     std::vector<float> out[2];
     for (int i = -1; i < iters; ++i)  // one untimed round: each plan records its steps
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < variants; ++k) {
         const auto start = std::chrono::steady_clock::now();
-        if (Status st = plans[k]->run(); !st.ok()) {
+        if (Status st = plans[size_t(k)]->run(); !st.ok()) {
           fmt::print(stderr, "{}\n", st.message());
           return 1;
         }
         const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        if (i >= 0) ms[k].push_back(t);
-        if (i == -1) {
-          const TensorView& y = plans[k]->output(0);
+        if (i >= 0) ms[size_t(k)].push_back(t);
+        if (i == -1 && k < 2) {
+          const TensorView& y = plans[size_t(k)]->output(0);
           out[k].assign(y.as<float>(), y.as<float>() + y.numel());
         }
       }
     float diff = 0;
     for (size_t i = 0; i < out[0].size(); ++i) diff = std::max(diff, std::abs(out[0][i] - out[1][i]));
-    const double flops = 2.0 * double(s.batch * s.out_channels * s.size * s.size) * double(s.in_channels * 9);
+    std::vector<double> med;
+    for (const auto& m : ms) med.push_back(median(m));
     const bool used =
         winograd::pays_off({s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true);
-    fmt::print("{:<11} {:>16} {:>10.2f} {:>12.2f} {:>12.1f} {:>10.2f}x {:>10.1e}{}\n", s.where,
-               fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), median(ms[0]),
-               median(ms[1]), flops / median(ms[0]) / 1e6, median(ms[0]) / median(ms[1]), diff,
-               used ? "" : "  (direct both: too few tiles)");
+    fmt::print("{:<11} {:>18} {:>8.2f} {:>8.2f} {:>6.2f}x {:>9.1e}", s.where,
+               fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), med[0], med[1],
+               med[0] / med[1], diff);
+    if (bf16) fmt::print(" {:>8.2f} {:>8.2f} {:>5.2f}x", med[2], med[3], med[2] / med[3]);
+    fmt::print("{}\n", used ? "" : "  (direct both: too few tiles)");
   }
   return 0;
 }

@@ -80,9 +80,9 @@ TEST(Winograd, MatchesDirectConvolution) {
         const std::vector<double> want = direct(c, x, w, bias, k.residual ? &residual : nullptr);
         std::vector<float> y(out, NAN);
         if (k.in_place) y = residual;
-        std::vector<char> scratch(winograd::scratch_bytes(c, threads) + 64);
+        std::vector<char> scratch(winograd::scratch_bytes(c, threads, false) + 64);
         void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-        std::vector<float> u(winograd::filter_floats(c));
+        std::vector<float> u(winograd::filter_count(c, false));
         winograd::transform_filters(c, w.data(), u.data(), threads);
         winograd::convolve(c, x.data(), u.data(), bias.data(),
                            k.residual ? (k.in_place ? y.data() : residual.data()) : nullptr, y.data(), aligned,

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <unordered_map>
 
@@ -666,13 +667,19 @@ struct ConvGeometry final : KernelState {
   // 3x3, stride 1, enough channels and tiles: Winograd's F(2x2, 3x3)
   // (winograd.h), 2.25x fewer multiplications.
   bool winograd = false;
+  // Its products in bf16 (only by Winograd, where gemm::has_bf16_products();
+  // other bf16 convolutions run on oneDNN).
+  bool bf16_products = false;
   // The weight as the conv reads it, made once in a plan: packed as B
-  // (pixels_as_rows) or Winograd's transformed filters.
+  // (pixels_as_rows) or Winograd's transformed filters, f32 or bf16.
   PackedOperand<float> weight;
+  PackedOperand<bf16> bf16_weight;
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
   int64_t pixels() const { return out_height * out_width; }
-  size_t owned_bytes() const override { return weight.owned_bytes(); }
-  bool copies_input(size_t index) const override { return weight.data && weight.copies_input(index); }
+  size_t owned_bytes() const override { return weight.owned_bytes() + bf16_weight.owned_bytes(); }
+  bool copies_input(size_t index) const override {
+    return (weight.data && weight.copies_input(index)) || (bf16_weight.data && bf16_weight.copies_input(index));
+  }
 };
 
 const ConvGeometry* geometry_of(const KernelContext& ctx) {
@@ -906,33 +913,42 @@ winograd::Conv winograd_conv(const ConvGeometry& g) {
   return {g.batch, g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width, g.pad_h, g.pad_w};
 }
 
-// A plan step's copy of the weight (input 1) as Winograd's filters.
-Status own_winograd_filters(const KernelContext& ctx, ConvGeometry& g, const float* w) {
+// Winograd's filters from w, into `owner`: a plan step's copy of input 1.
+template <typename T>
+Status own_winograd_filters(const KernelContext& ctx, const ConvGeometry& g, const float* w,
+                            PackedOperand<T>& owner) {
   const winograd::Conv c = winograd_conv(g);
-  PackedOperand<float>& u = g.weight;
-  u.count = winograd::filter_floats(c);
-  u.index = 1;
-  u.data = static_cast<float*>(std::aligned_alloc(64, (u.count * sizeof(float) + 63) / 64 * 64));
-  if (!u.data) return resource_exhausted("{}: no memory for Winograd's filters", node_label(*ctx.node));
-  winograd::transform_filters(c, w, u.data, omp_get_max_threads());
+  owner.count = winograd::filter_count(c, std::is_same_v<T, bf16>);
+  owner.index = 1;
+  owner.data = static_cast<T*>(std::aligned_alloc(64, (owner.count * sizeof(T) + 63) / 64 * 64));
+  if (!owner.data) return resource_exhausted("{}: no memory for Winograd's filters", node_label(*ctx.node));
+  winograd::transform_filters(c, w, owner.data, omp_get_max_threads());
   return ok_status();
 }
 
-// The filters transformed once in a plan (g.weight), else on each call.
-Status conv_winograd(KernelContext& ctx, const ConvGeometry& g) {
+// Winograd with filters of T: those the plan kept (`kept`), else transformed
+// into scratch on this call.
+template <typename T>
+Status conv_winograd_as(KernelContext& ctx, const ConvGeometry& g, const T* kept) {
   const winograd::Conv c = winograd_conv(g);
   const int threads = omp_get_max_threads();
-  const float* filters = g.weight.data;
+  constexpr bool bf16 = std::is_same_v<T, kiln::bf16>;
+  const T* filters = kept;
   if (!filters) {
-    KILN_ASSIGN_OR_RETURN(float* u, scratch_floats(ctx, int64_t(winograd::filter_floats(c)), "Winograd's filters"));
-    winograd::transform_filters(c, ctx.input(1)->as<float>(), u, threads);
-    filters = u;
+    KILN_ASSIGN_OR_RETURN(void* u, scratch_bytes(ctx, winograd::filter_count(c, bf16) * sizeof(T), "Winograd's filters"));
+    winograd::transform_filters(c, ctx.input(1)->as<float>(), static_cast<T*>(u), threads);
+    filters = static_cast<const T*>(u);
   }
-  KILN_ASSIGN_OR_RETURN(void* scratch, scratch_bytes(ctx, winograd::scratch_bytes(c, threads), "Winograd's tiles"));
+  KILN_ASSIGN_OR_RETURN(void* scratch, scratch_bytes(ctx, winograd::scratch_bytes(c, threads, bf16), "Winograd's tiles"));
   const TensorView *bias = ctx.input(2), *residual = ctx.node->op == OpKind::kFusedConv ? ctx.input(3) : nullptr;
   winograd::convolve(c, ctx.input(0)->as<float>(), filters, bias ? bias->as<float>() : nullptr,
                      residual ? residual->as<float>() : nullptr, ctx.output(0)->as<float>(), scratch, threads);
   return ok_status();
+}
+
+Status conv_winograd(KernelContext& ctx, const ConvGeometry& g) {
+  return g.bf16_products ? conv_winograd_as<bf16>(ctx, g, g.bf16_weight.data)
+                         : conv_winograd_as<float>(ctx, g, g.weight.data);
 }
 
 Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
@@ -1113,7 +1129,9 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   // channels, f32 (see kBf16MinOutChannels).
   const bool bf16 =
       !transpose && computes_in_bf16(*ctx.node) && out_channels / g >= kBf16MinOutChannels;
-  if (!transpose && !bf16 && g == 1 && spatial <= 2) {  // kiln's GEMM
+  // kiln's GEMM: f32, or a bf16 conv Winograd may compute on bf16 products.
+  const bool winograd_marked = ctx.attrs().get_int("winograd", 0) != 0;
+  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || (winograd_marked && gemm::has_bf16_products()))) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
     const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
@@ -1129,16 +1147,20 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
     cg.rows_in_place = !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
                        cg.out_width % gemm::panel_width() == 0;
-    cg.winograd = ctx.attrs().get_int("winograd", 0) && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 &&
-                  cg.stride_h == 1 && cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 &&
+    cg.winograd = winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
+                  cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 &&
                   !fused_epilogue(ctx, true).activate && winograd::pays_off(winograd_conv(cg), packs_weight(ctx, 1));
-    if (cg.pixels_as_rows && packs_weight(ctx, 1))
-      KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
-    if (cg.winograd && packs_weight(ctx, 1))
-      KILN_RETURN_IF_ERROR(own_winograd_filters(ctx, cg, w.as<float>()));
-    if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
-    *ctx.state = std::move(geometry);
-    return conv_gemm_or_rows(ctx, *geometry_of(ctx));
+    cg.bf16_products = bf16;
+    if (!bf16 || cg.winograd) {  // else a bf16 conv that stays on oneDNN, below
+      if (cg.pixels_as_rows && packs_weight(ctx, 1))
+        KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
+      if (cg.winograd && packs_weight(ctx, 1))
+        KILN_RETURN_IF_ERROR(bf16 ? own_winograd_filters(ctx, cg, w.as<float>(), cg.bf16_weight)
+                                  : own_winograd_filters(ctx, cg, w.as<float>(), cg.weight));
+      if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
+      *ctx.state = std::move(geometry);
+      return conv_gemm_or_rows(ctx, *geometry_of(ctx));
+    }
   }
   const bool windowed = window != y.shape;
   float* dst = y.as<float>();

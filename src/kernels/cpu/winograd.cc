@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
@@ -47,56 +48,106 @@ HWY_INLINE void ForEachRun(const Conv& c, const Chunk& chunk, Fn&& fn) {
   }
 }
 
+// v[xi] = (B^T d B)[xi], xi < 16, for the run of tiles from (th, tw) of
+// input plane `in`; `row` holds a padded copy of an input row's reach.
+HWY_INLINE void TransformTiles(const Conv& c, const float* in, int64_t th, int64_t tw, float* row, V* v) {
+  const D d;
+  // d[i][j]: input (2 th - pad_h + i, 2 tw' - pad_w + j) for the run's tiles tw'.
+  V dij[4][4];
+  const int64_t iw = 2 * tw - c.pad_w, reach = 2 * kLanes + 2;
+  for (int64_t i = 0; i < 4; ++i) {
+    const int64_t ih = 2 * th - c.pad_h + i;
+    if (ih < 0 || ih >= c.height) {
+      for (auto& value : dij[i]) value = hn::Zero(d);
+      continue;
+    }
+    const float* line = in + ih * c.width;
+    const float* from = line + iw;
+    if (iw < 0 || iw + reach > c.width) {  // the row's edge within reach: a zero-padded copy
+      for (int64_t j = 0; j < reach; ++j) row[j] = iw + j >= 0 && iw + j < c.width ? line[iw + j] : 0.0f;
+      from = row;
+    }
+    hn::LoadInterleaved2(d, from, dij[i][0], dij[i][1]);
+    hn::LoadInterleaved2(d, from + 2, dij[i][2], dij[i][3]);
+  }
+  // B^T d: rows combined; then (B^T d) B: columns.
+  V r[4][4];
+  for (int64_t j = 0; j < 4; ++j) {
+    r[0][j] = hn::Sub(dij[0][j], dij[2][j]);
+    r[1][j] = hn::Add(dij[1][j], dij[2][j]);
+    r[2][j] = hn::Sub(dij[2][j], dij[1][j]);
+    r[3][j] = hn::Sub(dij[1][j], dij[3][j]);
+  }
+  for (int64_t a = 0; a < 4; ++a) {
+    v[a * 4 + 0] = hn::Sub(r[a][0], r[a][2]);
+    v[a * 4 + 1] = hn::Add(r[a][1], r[a][2]);
+    v[a * 4 + 2] = hn::Sub(r[a][2], r[a][1]);
+    v[a * 4 + 3] = hn::Sub(r[a][1], r[a][3]);
+  }
+}
+
 // v[xi * in_channels * stride + ic * stride + t] = (B^T d B)[xi] for the
 // chunk's tiles t, from image x; columns [count, stride) zero.
 void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
   const D d;
   const Chunk chunk{first, count};
   const int64_t plane = c.height * c.width, xi_step = c.in_channels * stride;
-  HWY_ALIGN float row[4 * kLanes + 4];  // a padded copy of one input row's reach
+  HWY_ALIGN float row[4 * kLanes + 4], part[kLanes];
   for (int64_t ic = 0; ic < c.in_channels; ++ic) {
     float* out = v + ic * stride;
     for (int64_t xi = 0; xi < 16; ++xi) std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride, 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
-      // d[i][j]: input (2 th - pad_h + i, 2 tw' - pad_w + j) for the run's tiles tw'.
-      V dij[4][4];
-      const int64_t iw = 2 * tw - c.pad_w, reach = 2 * kLanes + 2;
-      for (int64_t i = 0; i < 4; ++i) {
-        const int64_t ih = 2 * th - c.pad_h + i;
-        if (ih < 0 || ih >= c.height) {
-          for (auto& value : dij[i]) value = hn::Zero(d);
+      V values[16];
+      TransformTiles(c, x + ic * plane, th, tw, row, values);
+      for (int64_t xi = 0; xi < 16; ++xi) {
+        float* to = out + xi * xi_step + t;
+        if (run == kLanes) {
+          hn::StoreU(values[xi], d, to);
+        } else {
+          hn::Store(values[xi], d, part);
+          std::copy(part, part + run, to);
+        }
+      }
+    });
+  }
+}
+
+// The same for bf16 products: each v[xi] a B operand packed as
+// gemm::pack_bf16 packs (panels of 32 columns, input channels in pairs, an
+// odd count's last paired with zeros), rounded to nearest even: as 32-bit
+// words, channels (2 p, 2 p + 1) of tile t at xi * (depth / 2) * stride +
+// t / 32 * (depth / 2) * 32 + p * 32 + t % 32, depth the channels rounded up
+// to even. Columns [count, stride) zero.
+void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
+                        uint32_t* v) {
+  const hn::RebindToUnsigned<D> du;
+  const Chunk chunk{first, count};
+  const int64_t plane = c.height * c.width, pairs = (c.in_channels + 1) / 2, xi_step = pairs * stride;
+  if (count < stride) std::fill(v, v + 16 * xi_step, 0u);
+  HWY_ALIGN float row[4 * kLanes + 4];
+  HWY_ALIGN uint32_t part[kLanes];
+  // f32 to bf16 bits, to nearest even: the upper half of bits + 0x7FFF + (bit 16).
+  auto rounded = [&](V value) {
+    const auto bits = hn::BitCast(du, value);
+    return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
+  };
+  for (int64_t p = 0; p < pairs; ++p) {
+    const bool odd = 2 * p + 1 < c.in_channels;  // the pair has its second channel
+    ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
+      V even[16], second[16];
+      TransformTiles(c, x + 2 * p * plane, th, tw, row, even);
+      if (odd) TransformTiles(c, x + (2 * p + 1) * plane, th, tw, row, second);
+      for (int64_t xi = 0; xi < 16; ++xi) {
+        const auto low = hn::ShiftRight<16>(rounded(even[xi]));
+        const auto words =
+            odd ? hn::Or(low, hn::And(rounded(second[xi]), hn::Set(du, 0xFFFF0000u))) : low;
+        uint32_t* to = v + xi * xi_step + p * 32;
+        if (run == kLanes && t % 32 + kLanes <= 32) {  // the run inside one panel
+          hn::StoreU(words, du, to + t / 32 * pairs * 32 + t % 32);
           continue;
         }
-        const float* in = x + ic * plane + ih * c.width;
-        const float* from = in + iw;
-        if (iw < 0 || iw + reach > c.width) {  // the row's edge within reach: a zero-padded copy
-          for (int64_t j = 0; j < reach; ++j) row[j] = iw + j >= 0 && iw + j < c.width ? in[iw + j] : 0.0f;
-          from = row;
-        }
-        hn::LoadInterleaved2(d, from, dij[i][0], dij[i][1]);
-        hn::LoadInterleaved2(d, from + 2, dij[i][2], dij[i][3]);
-      }
-      // B^T d: rows combined; then (B^T d) B: columns.
-      V r[4][4];
-      for (int64_t j = 0; j < 4; ++j) {
-        r[0][j] = hn::Sub(dij[0][j], dij[2][j]);
-        r[1][j] = hn::Add(dij[1][j], dij[2][j]);
-        r[2][j] = hn::Sub(dij[2][j], dij[1][j]);
-        r[3][j] = hn::Sub(dij[1][j], dij[3][j]);
-      }
-      HWY_ALIGN float part[kLanes];
-      for (int64_t a = 0; a < 4; ++a) {
-        const V cols[4] = {hn::Sub(r[a][0], r[a][2]), hn::Add(r[a][1], r[a][2]), hn::Sub(r[a][2], r[a][1]),
-                           hn::Sub(r[a][1], r[a][3])};
-        for (int64_t b = 0; b < 4; ++b) {
-          float* to = out + (a * 4 + b) * xi_step + t;
-          if (run == kLanes) {
-            hn::StoreU(cols[b], d, to);
-          } else {
-            hn::Store(cols[b], d, part);
-            std::copy(part, part + run, to);
-          }
-        }
+        hn::Store(words, du, part);
+        for (int64_t k = 0; k < run; ++k) to[(t + k) / 32 * pairs * 32 + (t + k) % 32] = part[k];
       }
     });
   }
@@ -157,6 +208,7 @@ HWY_AFTER_NAMESPACE();
 namespace kiln::winograd {
 
 HWY_EXPORT(InputTransform);
+HWY_EXPORT(InputTransformBf16);
 HWY_EXPORT(OutputTransform);
 
 namespace {
@@ -164,32 +216,48 @@ namespace {
 constexpr size_t kAlign = 64;
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+template <typename T>
+constexpr bool kBf16 = std::is_same_v<T, bf16>;
+
+// The depth of the GEMMs (U's rows, V's columns): the input channels, for
+// bf16 products rounded up to even.
+template <typename T>
+int64_t depth_of(const Conv& c) {
+  return kBf16<T> ? gemm::bf16_depth(c.in_channels) : c.in_channels;
+}
+
 // A chunk's columns: kChunkTiles, or the image's tiles rounded up to whole
 // GEMM panels (of every target: 32 columns) when there are fewer.
 int64_t chunk_stride(const Conv& c) {
   return std::min(kChunkTiles, (c.tiles_h() * c.tiles_w() + 31) / 32 * 32);
 }
 
-// The scratch: the GEMM's row offsets into V, then a slot per thread (V, M
-// and the lanes M's last loads may read past it).
+// The scratch: the f32 GEMM's row offsets into V, then a slot per thread (V,
+// M and the lanes M's last loads may read past it).
 struct Layout {
   size_t rows_bytes, v_bytes, m_bytes, slot_bytes;
-  explicit Layout(const Conv& c) {
+  Layout(const Conv& c, bool bf16) {
     const int64_t stride = chunk_stride(c);
+    const size_t v_values = size_t(16 * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels) * stride);
     rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
-    v_bytes = aligned(size_t(16 * c.in_channels * stride) * sizeof(float));
+    v_bytes = aligned(v_values * (bf16 ? sizeof(kiln::bf16) : sizeof(float)));
     m_bytes = aligned(size_t(16 * c.out_channels * stride + 16) * sizeof(float));
     slot_bytes = v_bytes + m_bytes;
   }
 };
 
-}  // namespace
-
 // U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic], G = [1 0 0; 1/2 1/2 1/2;
-// 1/2 -1/2 1/2; 0 0 1].
-void transform_filters(const Conv& c, const float* w, float* u, int threads) {
-  const int64_t pairs = c.out_channels * c.in_channels;
+// 1/2 -1/2 1/2; 0 0 1]; rows of depth_of<T>, rounded for bf16 (an odd
+// count's pad column zero).
+template <typename T>
+void transform_filters_as(const Conv& c, const float* w, T* u, int threads) {
+  const int64_t depth = depth_of<T>(c), matrix = c.out_channels * depth;
+  auto store = [](float value) {
+    if constexpr (kBf16<T>) return f32_to_bf16(value);
+    else return value;
+  };
   parallel_for(c.out_channels, threads > 1, [&](int64_t oc) {
+    T* row = u + oc * depth;
     for (int64_t ic = 0; ic < c.in_channels; ++ic) {
       const float* g = w + (oc * c.in_channels + ic) * 9;
       float gg[4][3];  // G g
@@ -199,16 +267,52 @@ void transform_filters(const Conv& c, const float* w, float* u, int threads) {
         gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
         gg[3][j] = g[6 + j];
       }
-      float* to = u + oc * c.in_channels + ic;
       for (int a = 0; a < 4; ++a) {
-        to[(a * 4 + 0) * pairs] = gg[a][0];
-        to[(a * 4 + 1) * pairs] = 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]);
-        to[(a * 4 + 2) * pairs] = 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]);
-        to[(a * 4 + 3) * pairs] = gg[a][2];
+        row[(a * 4 + 0) * matrix + ic] = store(gg[a][0]);
+        row[(a * 4 + 1) * matrix + ic] = store(0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
+        row[(a * 4 + 2) * matrix + ic] = store(0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
+        row[(a * 4 + 3) * matrix + ic] = store(gg[a][2]);
       }
     }
+    for (int64_t xi = 0; xi < 16 && depth > c.in_channels; ++xi) row[xi * matrix + c.in_channels] = T{0};
   });
 }
+
+// The transforms around 16 GEMMs in T, a chunk of tiles per task.
+template <typename T>
+void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, const float* residual, float* y,
+                 void* scratch, int threads) {
+  const Layout l(c, kBf16<T>);
+  char* base = static_cast<char*>(scratch);
+  auto* rows = reinterpret_cast<int64_t*>(base);
+  char* slots = base + l.rows_bytes;
+  const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
+  const int64_t chunks = (tiles + stride - 1) / stride;
+  for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // f32 V's rows, one per input channel
+  const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
+  const bool parallel = threads > 1 && c.batch * chunks > 1;
+  parallel_for(c.batch * chunks, parallel, [&](int64_t task) {
+    const int64_t image = task / chunks, first = task % chunks * stride, count = std::min(stride, tiles - first);
+    char* slot = slots + size_t(parallel ? omp_get_thread_num() : 0) * l.slot_bytes;
+    T* v = reinterpret_cast<T*>(slot);
+    float* m = reinterpret_cast<float*>(slot + l.v_bytes);
+    const float* image_x = x + image * in_plane;
+    if constexpr (kBf16<T>)
+      HWY_DYNAMIC_DISPATCH(InputTransformBf16)(c, first, count, image_x, stride, reinterpret_cast<uint32_t*>(v));
+    else
+      HWY_DYNAMIC_DISPATCH(InputTransform)(c, first, count, image_x, stride, v);
+    for (int64_t xi = 0; xi < 16; ++xi) {
+      const gemm::Product<T> p{c.out_channels, stride, depth, u + xi * c.out_channels * depth, depth,
+                               v + xi * depth * stride, m + xi * c.out_channels * stride, stride,
+                               kBf16<T> ? nullptr : rows};  // bf16 V is packed; f32 V is rows
+      gemm::block(p, {});
+    }
+    HWY_DYNAMIC_DISPATCH(OutputTransform)(c, first, count, m, stride, bias,
+                                          residual ? residual + image * out_plane : nullptr, y + image * out_plane);
+  });
+}
+
+}  // namespace
 
 bool pays_off(const Conv& c, bool filters_kept) {
   // kiln_bench_conv, direct against Winograd with the filters kept: SD's
@@ -219,37 +323,24 @@ bool pays_off(const Conv& c, bool filters_kept) {
   return c.in_channels >= 32 && c.out_channels >= 32 && tiles >= (filters_kept ? 128 : 512);
 }
 
-size_t filter_floats(const Conv& c) { return size_t(16 * c.out_channels * c.in_channels); }
+size_t filter_count(const Conv& c, bool bf16) {
+  return size_t(16 * c.out_channels * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels));
+}
+void transform_filters(const Conv& c, const float* w, float* u, int threads) { transform_filters_as(c, w, u, threads); }
+void transform_filters(const Conv& c, const float* w, bf16* u, int threads) { transform_filters_as(c, w, u, threads); }
 
-size_t scratch_bytes(const Conv& c, int threads) {
-  const Layout l(c);
+size_t scratch_bytes(const Conv& c, int threads, bool bf16) {
+  const Layout l(c, bf16);
   return l.rows_bytes + size_t(threads) * l.slot_bytes;
 }
 
 void convolve(const Conv& c, const float* x, const float* u, const float* bias, const float* residual, float* y,
               void* scratch, int threads) {
-  const Layout l(c);
-  char* base = static_cast<char*>(scratch);
-  auto* rows = reinterpret_cast<int64_t*>(base);
-  char* slots = base + l.rows_bytes;
-  const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w();
-  const int64_t chunks = (tiles + stride - 1) / stride;
-  for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
-  const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
-  const bool parallel = threads > 1 && c.batch * chunks > 1;
-  parallel_for(c.batch * chunks, parallel, [&](int64_t task) {
-    const int64_t image = task / chunks, first = task % chunks * stride, count = std::min(stride, tiles - first);
-    char* slot = slots + size_t(parallel ? omp_get_thread_num() : 0) * l.slot_bytes;
-    float* v = reinterpret_cast<float*>(slot);
-    float* m = reinterpret_cast<float*>(slot + l.v_bytes);
-    HWY_DYNAMIC_DISPATCH(InputTransform)(c, first, count, x + image * in_plane, stride, v);
-    for (int64_t xi = 0; xi < 16; ++xi)
-      gemm::block({c.out_channels, stride, c.in_channels, u + xi * c.out_channels * c.in_channels, c.in_channels,
-                   v + xi * c.in_channels * stride, m + xi * c.out_channels * stride, stride, rows},
-                  {});
-    HWY_DYNAMIC_DISPATCH(OutputTransform)(c, first, count, m, stride, bias, residual ? residual + image * out_plane : nullptr,
-                                          y + image * out_plane);
-  });
+  convolve_as(c, x, u, bias, residual, y, scratch, threads);
+}
+void convolve(const Conv& c, const float* x, const bf16* u, const float* bias, const float* residual, float* y,
+              void* scratch, int threads) {
+  convolve_as(c, x, u, bias, residual, y, scratch, threads);
 }
 
 }  // namespace kiln::winograd

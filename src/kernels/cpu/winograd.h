@@ -14,15 +14,17 @@
 //
 //   winograd::Conv c{...};
 //   if (winograd::pays_off(c, /*filters_kept=*/false)) {
-//     std::vector<float> u(winograd::filter_floats(c));
+//     std::vector<float> u(winograd::filter_count(c, false));
 //     winograd::transform_filters(c, w, u.data(), threads);
-//     std::vector<char> scratch(winograd::scratch_bytes(c, threads));  // 64-byte aligned
+//     std::vector<char> scratch(winograd::scratch_bytes(c, threads, false));  // 64-byte aligned
 //     winograd::convolve(c, x, u.data(), bias, residual, y, scratch.data(), threads);
 //   }
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace kiln::winograd {
 
@@ -44,18 +46,25 @@ inline constexpr int64_t kChunkTiles = 128;
 // every call (eager), fewer when a plan keeps them transformed.
 bool pays_off(const Conv& c, bool filters_kept);
 
-// Floats of the transformed filters, U: 16 x OC x IC.
-size_t filter_floats(const Conv& c);
-// U from the weight w [OC, IC, 3, 3]. A plan transforms a constant weight
-// once and keeps U in place of it.
+// Values in the transformed filters, U: 16 x OC x IC; with `bf16`, for
+// bf16 products, 16 x OC x IC rounded up to even.
+size_t filter_count(const Conv& c, bool bf16);
+// U from the weight w [OC, IC, 3, 3]; the bf16 one rounded to nearest even.
+// A plan transforms a constant weight once and keeps U in place of it.
 void transform_filters(const Conv& c, const float* w, float* u, int threads);
+void transform_filters(const Conv& c, const float* w, bf16* u, int threads);
 
-// Scratch bytes convolve() needs on `threads` threads (a multiple of 64).
-size_t scratch_bytes(const Conv& c, int threads);
+// Scratch bytes convolve() needs on `threads` threads (a multiple of 64),
+// with f32 or (`bf16`) bf16 filters.
+size_t scratch_bytes(const Conv& c, int threads, bool bf16);
 // y = conv(x, w) + bias[oc] (null: none) + residual (shaped like y; null:
 // none; it may be y itself), from w's transformed filters u, on `threads`
-// threads (omp_get_max_threads() or 1).
+// threads (omp_get_max_threads() or 1). With bf16 filters the GEMMs run on
+// bf16 products (the transformed inputs rounded, f32 sums): only where
+// gemm::has_bf16_products().
 void convolve(const Conv& c, const float* x, const float* u, const float* bias, const float* residual, float* y,
+              void* scratch, int threads);
+void convolve(const Conv& c, const float* x, const bf16* u, const float* bias, const float* residual, float* y,
               void* scratch, int threads);
 
 }  // namespace kiln::winograd
