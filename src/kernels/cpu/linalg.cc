@@ -935,11 +935,13 @@ Status conv_winograd_as(KernelContext& ctx, const ConvGeometry& g, const T* kept
   constexpr bool bf16 = std::is_same_v<T, kiln::bf16>;
   const T* filters = kept;
   if (!filters) {
-    KILN_ASSIGN_OR_RETURN(void* u, scratch_bytes(ctx, winograd::filter_count(c, bf16) * sizeof(T), "Winograd's filters"));
+    KILN_ASSIGN_OR_RETURN(void* u,
+                          scratch_bytes(ctx, winograd::filter_count(c, bf16) * sizeof(T), "Winograd's filters"));
     winograd::transform_filters(c, ctx.input(1)->as<float>(), static_cast<T*>(u), threads);
     filters = static_cast<const T*>(u);
   }
-  KILN_ASSIGN_OR_RETURN(void* scratch, scratch_bytes(ctx, winograd::scratch_bytes(c, threads, bf16), "Winograd's tiles"));
+  KILN_ASSIGN_OR_RETURN(void* scratch,
+                        scratch_bytes(ctx, winograd::scratch_bytes(c, threads, bf16), "Winograd's tiles"));
   const TensorView *bias = ctx.input(2), *residual = ctx.node->op == OpKind::kFusedConv ? ctx.input(3) : nullptr;
   winograd::convolve(c, ctx.input(0)->as<float>(), filters, bias ? bias->as<float>() : nullptr,
                      residual ? residual->as<float>() : nullptr, ctx.output(0)->as<float>(), scratch, threads);

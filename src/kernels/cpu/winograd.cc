@@ -7,7 +7,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/gemm.h"

@@ -1,16 +1,18 @@
 // 3x3 convolutions (stride 1, no dilation, one group) by Winograd's minimal
 // filtering F(2x2, 3x3) (Lavin and Gray, 2015): each 2x2 block of outputs
 // ("tile") comes from its 4x4 block of inputs in 16 multiplications per
-// pair of channels, where the direct convolution takes 36. Per call:
+// pair of channels, where the direct convolution takes 36:
 //
 //   U[xi] = G g G^T     every filter g (OC x IC of them), xi < 16; once in a plan
 //   V[xi] = B^T d B     every tile's input block d, per input channel
-//   M[xi] = U[xi] V[xi] 16 GEMMs of OC x IC by IC x tiles (kiln's GEMM)
+//   M[xi] = U[xi] V[xi] 16 GEMMs of OC x IC by IC x tiles (kiln's GEMM, f32
+//                       or bf16 products)
 //   y     = A^T M A     (+ bias, + residual) for each tile and output channel
 //
 // with the transform matrices of F(2x2, 3x3), whose entries are 0, +-1 and
-// +-1/2, so the results stay within a few ulps of the direct product's. The
-// tiles go in chunks of kChunkTiles per thread, so V and M stay in cache.
+// +-1/2, so f32 results stay within a few ulps of the direct product's. The
+// tiles go in chunks of kChunkTiles per task, so V and M are a few MB per
+// thread, not the whole image's 16 / 4 times its input and output.
 //
 //   winograd::Conv c{...};
 //   if (winograd::pays_off(c, /*filters_kept=*/false)) {
