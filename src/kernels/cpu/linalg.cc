@@ -406,17 +406,24 @@ void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, 
   gemm::pack_bf16(b, row_stride, col_stride, k, n, packed, scale);
 }
 
+// `count` values (64-byte aligned) for `owner`, a plan step's copy of
+// constant input `index`.
+template <typename T>
+Status allocate_owned(const KernelContext& ctx, PackedOperand<T>& owner, size_t index, size_t count) {
+  owner.count = count;
+  owner.index = index;
+  owner.data = static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
+  if (!owner.data) return resource_exhausted("{}: no memory for its copy of input {}", node_label(*ctx.node), index);
+  return ok_status();
+}
+
 // Packs B (element (t, j) at b[t * row_stride + j * col_stride], times
 // `scale`) into `owner`'s own buffer: a plan step's copy of constant input
 // `index`.
 template <typename T>
 Status pack_owned(const KernelContext& ctx, PackedOperand<T>& owner, size_t index, const float* b,
                   int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
-  const int64_t count = packed_count(owner.data, k, n);
-  owner.count = size_t(count);
-  owner.index = index;
-  owner.data = static_cast<T*>(std::aligned_alloc(64, (size_t(count) * sizeof(T) + 63) / 64 * 64));
-  if (!owner.data) return resource_exhausted("{}: no memory to pack a weight", node_label(*ctx.node));
+  KILN_RETURN_IF_ERROR(allocate_owned(ctx, owner, index, size_t(packed_count(owner.data, k, n))));
   pack_as(b, row_stride, col_stride, k, n, owner.data, scale);
   return ok_status();
 }
@@ -918,10 +925,7 @@ template <typename T>
 Status own_winograd_filters(const KernelContext& ctx, const ConvGeometry& g, const float* w,
                             PackedOperand<T>& owner) {
   const winograd::Conv c = winograd_conv(g);
-  owner.count = winograd::filter_count(c, std::is_same_v<T, bf16>);
-  owner.index = 1;
-  owner.data = static_cast<T*>(std::aligned_alloc(64, (owner.count * sizeof(T) + 63) / 64 * 64));
-  if (!owner.data) return resource_exhausted("{}: no memory for Winograd's filters", node_label(*ctx.node));
+  KILN_RETURN_IF_ERROR(allocate_owned(ctx, owner, 1, winograd::filter_count(c, std::is_same_v<T, bf16>)));
   winograd::transform_filters(c, w, owner.data, omp_get_max_threads());
   return ok_status();
 }

@@ -287,7 +287,8 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
   char* slots = base + l.rows_bytes;
   const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
   const int64_t chunks = (tiles + stride - 1) / stride;
-  for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // f32 V's rows, one per input channel
+  if constexpr (!kBf16<T>)
+    for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
   const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
   const bool parallel = threads > 1 && c.batch * chunks > 1;
   parallel_for(c.batch * chunks, parallel, [&](int64_t task) {
