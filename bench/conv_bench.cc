@@ -1,9 +1,11 @@
 // One 3x3 convolution (pad 1, stride 1, with bias) at the shapes of SD's VAE
-// decoder and UNet, direct and by Winograd's F(2x2, 3x3) (the winograd_conv
-// pass off and on), in f32 and, on CPUs with AVX512-BF16, in bf16 (direct:
-// oneDNN's bf16 convolution; Winograd: its GEMMs on bf16 products): each
-// compiled into a plan, runs interleaved so drift on a shared machine hits
-// all alike; medians, and the largest difference between the f32 outputs.
+// decoder and UNet, direct and by Winograd's F(2x2, 3x3) and F(4x4, 3x3)
+// (the conv's winograd attribute 0, 2 and 4), in f32 and, on CPUs with
+// AVX512-BF16, in bf16 (direct: oneDNN's bf16 convolution; Winograd: its
+// GEMMs on bf16 products): each compiled into a plan, runs interleaved so
+// drift on a shared machine hits all alike. Medians; the tile
+// winograd::best_tile picks; and each output's largest difference from the
+// f32 direct one, relative to that output's largest magnitude.
 //
 //   build/bench/kiln_bench_conv [--iters 7]
 #include <fmt/format.h>
@@ -29,8 +31,7 @@ struct Shape4 {
 };
 
 // SD 1.5's VAE decoder at 256x256 (its levels 32 to 256 pixels wide), then
-// its UNet at 32x32 latents (CFG batch 2; the 8x8 level has too few tiles
-// for winograd::pays_off and runs direct whatever the pass says).
+// its UNet at 32x32 latents (CFG batch 2).
 const Shape4 kShapes[] = {
     {"VAE mid", 1, 512, 512, 32},    {"VAE up 64", 1, 512, 512, 64},  {"VAE up 128", 1, 512, 512, 128},
     {"VAE up 256", 1, 256, 256, 256}, {"VAE last", 1, 128, 128, 256}, {"UNet 32", 2, 320, 320, 32},
@@ -38,7 +39,8 @@ const Shape4 kShapes[] = {
     {"UNet 8", 2, 1280, 1280, 8},     {"UNet 8 in", 2, 640, 1280, 8},
 };
 
-Graph conv_graph(const Shape4& s, std::mt19937& rng) {
+// The conv with attribute winograd = `tile` (0: direct).
+Graph conv_graph(const Shape4& s, int64_t tile, std::mt19937& rng) {
   Graph g;
   g.opset = 18;
   Value* x = g.add_input("x", DType::kF32, sym_shape_from({s.batch, s.in_channels, s.size, s.size}));
@@ -49,6 +51,7 @@ Graph conv_graph(const Shape4& s, std::mt19937& rng) {
   for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = dist(rng);
   Attributes a;
   a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  a.set("winograd", tile);
   Value* y = g.add_value("y");
   g.add_node(OpKind::kConv, "conv", {x, g.add_constant("w", std::move(w)), g.add_constant("b", std::move(b))}, {y},
              a);
@@ -72,24 +75,30 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  fmt::print("3x3 conv, pad 1, bias; median of {} runs each, interleaved; ms, and direct / Winograd\n", iters);
-  const bool bf16 = gemm::has_bf16_products();  // else bf16 convs stay on oneDNN whatever the pass says
-  fmt::print("{:<11} {:>18} {:>8} {:>8} {:>7} {:>9}{}\n", "where", "N x IC>OC x HW", "f32", "Winograd", "ratio",
-             "max diff", bf16 ? "   bf16 Winograd  ratio" : "");
+  fmt::print("3x3 conv, pad 1, bias; median ms of {} runs each, interleaved; F2, F4: Winograd's F(2x2, 3x3) "
+             "and F(4x4, 3x3); diff: the largest from f32 direct, relative\n",
+             iters);
+  // f32 direct, F2, F4, then (with bf16 products; else bf16 convs stay on
+  // oneDNN whatever the attribute says) the same in bf16.
+  const bool bf16 = gemm::has_bf16_products();
+  const int64_t tiles[] = {0, 2, 4};
+  const int variants = bf16 ? 6 : 3;
+  fmt::print("{:<11} {:>18} {:>7} {:>7} {:>7} {:>6} {:>8} {:>8}", "where", "N x IC>OC x HW", "f32", "F2", "F4",
+             "picks", "F2 diff", "F4 diff");
+  if (bf16) fmt::print(" {:>7} {:>7} {:>7} {:>8} {:>8}", "bf16", "F2", "F4", "F2 diff", "F4 diff");
+  fmt::print("\n");
   for (const Shape4& s : kShapes) {
     std::mt19937 rng(1);
     Tensor x = *Tensor::empty(DType::kF32, {s.batch, s.in_channels, s.size, s.size});
     std::normal_distribution<float> dist;
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
-    // f32 direct, f32 Winograd, then (with bf16 products) the same in bf16.
-    const int variants = bf16 ? 4 : 2;
     std::vector<std::unique_ptr<Plan>> plans;
     for (int k = 0; k < variants; ++k) {
       std::mt19937 weights(2);  // the same weights in each
       PassOptions passes;
-      if (k % 2 == 0) passes.disabled = {"winograd_conv"};
-      if (k >= 2) passes.precision.compute = DType::kBF16;
-      auto plan = Plan::compile(conv_graph(s, weights), {.passes = passes});
+      passes.disabled = {"winograd_conv"};  // the attribute decides
+      if (k >= 3) passes.precision.compute = DType::kBF16;
+      auto plan = Plan::compile(conv_graph(s, tiles[k % 3], weights), {.passes = passes});
       if (!plan.ok() || !(*plan)->bind_input("x", x.view()).ok()) {
         fmt::print(stderr, "{}: compile or bind failed\n", s.where);
         return 1;
@@ -97,7 +106,7 @@ int run(int argc, char** argv) {
       plans.push_back(std::move(*plan));
     }
     std::vector<std::vector<double>> ms(plans.size());
-    std::vector<float> out[2];
+    std::vector<std::vector<float>> out(plans.size());
     for (int i = -1; i < iters; ++i)  // one untimed round: each plan records its steps
       for (int k = 0; k < variants; ++k) {
         const auto start = std::chrono::steady_clock::now();
@@ -107,22 +116,27 @@ int run(int argc, char** argv) {
         }
         const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (i >= 0) ms[size_t(k)].push_back(t);
-        if (i == -1 && k < 2) {
+        if (i == -1) {
           const TensorView& y = plans[size_t(k)]->output(0);
-          out[k].assign(y.as<float>(), y.as<float>() + y.numel());
+          out[size_t(k)].assign(y.as<float>(), y.as<float>() + y.numel());
         }
       }
-    float diff = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) diff = std::max(diff, std::abs(out[0][i] - out[1][i]));
-    std::vector<double> med;
-    for (const auto& m : ms) med.push_back(median(m));
-    const bool used =
-        winograd::pays_off({s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true);
-    fmt::print("{:<11} {:>18} {:>8.2f} {:>8.2f} {:>6.2f}x {:>9.1e}", s.where,
-               fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), med[0], med[1],
-               med[0] / med[1], diff);
-    if (bf16) fmt::print(" {:>8.2f} {:>8.2f} {:>5.2f}x", med[2], med[3], med[2] / med[3]);
-    fmt::print("{}\n", used ? "" : "  (direct both: too few tiles)");
+    float largest = 0;
+    for (float v : out[0]) largest = std::max(largest, std::abs(v));
+    auto diff = [&](int k) {
+      float worst = 0;
+      for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, std::abs(out[0][i] - out[size_t(k)][i]));
+      return worst / largest;
+    };
+    const int64_t picks = winograd::best_tile(
+        {s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true, false);
+    fmt::print("{:<11} {:>18} {:>7.2f} {:>7.2f} {:>7.2f} {:>6} {:>8.1e} {:>8.1e}", s.where,
+               fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), median(ms[0]),
+               median(ms[1]), median(ms[2]), picks ? fmt::format("F{}", picks) : "direct", diff(1), diff(2));
+    if (bf16)
+      fmt::print(" {:>7.2f} {:>7.2f} {:>7.2f} {:>8.1e} {:>8.1e}", median(ms[3]), median(ms[4]), median(ms[5]),
+                 diff(4), diff(5));
+    fmt::print("\n");
   }
   return 0;
 }

@@ -1,5 +1,6 @@
-// Winograd F(2x2, 3x3) convolutions (kernels/cpu/winograd.h): the kernel
-// against a direct convolution summed in double, on every SIMD target; then
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (kernels/cpu/winograd.h):
+// the kernel against a direct convolution summed in double, on every SIMD
+// target; then
 // as the Conv kernel runs it (marked by the winograd_conv pass) against the
 // reference Conv.
 #include <gtest/gtest.h>
@@ -65,59 +66,76 @@ TEST(Winograd, MatchesDirectConvolution) {
       {"odd, two images", {2, 5, 23, 25, 7, 23, 24, 1, 0}, true, false},
       {"no padding", {1, 3, 12, 40, 4, 10, 38, 0, 0}, true, true},
       {"pad 2, wide", {1, 4, 6, 70, 3, 8, 72, 2, 2}, false, false},
+      // Whole runs of F(4x4) tiles (64 outputs) with a residual, a cut last row.
+      {"wide, residual", {1, 4, 9, 140, 3, 9, 140, 1, 1}, true, false},
   };
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     for (const Case& k : cases)
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE(std::string(hwy::TargetName(target)) + ", " + k.label + ", threads " + std::to_string(threads));
-        const winograd::Conv& c = k.conv;
-        const auto x = random_floats(size_t(c.batch * c.in_channels * c.height * c.width), 1);
-        const auto w = random_floats(size_t(c.out_channels * c.in_channels * 9), 2);
-        const auto bias = random_floats(size_t(c.out_channels), 3);
-        const size_t out = size_t(c.batch * c.out_channels * c.out_height * c.out_width);
-        const auto residual = random_floats(out, 4);
-        const std::vector<double> want = direct(c, x, w, bias, k.residual ? &residual : nullptr);
-        std::vector<float> y(out, NAN);
-        if (k.in_place) y = residual;
-        std::vector<char> scratch(winograd::scratch_bytes(c, threads, false) + 64);
-        void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-        std::vector<float> u(winograd::filter_count(c, false));
-        winograd::transform_filters(c, w.data(), u.data(), threads);
-        winograd::convolve(c, x.data(), u.data(), bias.data(),
-                           k.residual ? (k.in_place ? y.data() : residual.data()) : nullptr, y.data(), aligned,
-                           threads);
-        double worst = 0;
-        for (size_t i = 0; i < out; ++i) worst = std::max(worst, std::abs(y[i] - want[i]));
-        EXPECT_LT(worst, 2e-5) << "largest difference";
-      }
+      for (int64_t tile : {2, 4})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(std::string(hwy::TargetName(target)) + ", " + k.label + ", F" + std::to_string(tile) +
+                       ", threads " + std::to_string(threads));
+          winograd::Conv c = k.conv;
+          c.tile = tile;
+          const auto x = random_floats(size_t(c.batch * c.in_channels * c.height * c.width), 1);
+          const auto w = random_floats(size_t(c.out_channels * c.in_channels * 9), 2);
+          const auto bias = random_floats(size_t(c.out_channels), 3);
+          const size_t out = size_t(c.batch * c.out_channels * c.out_height * c.out_width);
+          const auto residual = random_floats(out, 4);
+          const std::vector<double> want = direct(c, x, w, bias, k.residual ? &residual : nullptr);
+          std::vector<float> y(out, NAN);
+          if (k.in_place) y = residual;
+          std::vector<char> scratch(winograd::scratch_bytes(c, threads, false) + 64);
+          void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+          std::vector<float> u(winograd::filter_count(c, false));
+          winograd::transform_filters(c, w.data(), u.data(), threads);
+          winograd::convolve(c, x.data(), u.data(), bias.data(),
+                             k.residual ? (k.in_place ? y.data() : residual.data()) : nullptr, y.data(), aligned,
+                             threads);
+          double worst = 0;
+          for (size_t i = 0; i < out; ++i) worst = std::max(worst, std::abs(y[i] - want[i]));
+          // F(4x4, 3x3)'s transforms (entries to 8 and 1/24) cost about 4 bits.
+          EXPECT_LT(worst, tile == 2 ? 2e-5 : 2e-4) << "largest difference";
+        }
   }
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// Only convolutions with enough channels and tiles go to Winograd; more
-// tiles when each call transforms the filters.
-TEST(Winograd, PaysOffOnlyForLargeConvolutions) {
-  const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1};
-  const winograd::Conv unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1}, conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1};
-  EXPECT_TRUE(winograd::pays_off(vae, false));
-  EXPECT_TRUE(winograd::pays_off(unet_16, true));
-  EXPECT_FALSE(winograd::pays_off(unet_16, false));  // 128 tiles
-  EXPECT_FALSE(winograd::pays_off(unet_8, true));    // 32 tiles
-  EXPECT_FALSE(winograd::pays_off(conv_in, true));   // 4 input channels
+// Only convolutions with enough channels and tiles go to Winograd (more
+// tiles when each call transforms the filters), F(4x4, 3x3) where its tiles
+// fill the GEMM panels, the filters are kept and the products are f32.
+TEST(Winograd, BestTile) {
+  const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, unet_32{2, 320, 32, 32, 320, 32, 32, 1, 1};
+  const winograd::Conv unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1}, unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1};
+  const winograd::Conv conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1};
+  EXPECT_EQ(winograd::best_tile(vae, true, false), 4);
+  EXPECT_EQ(winograd::best_tile(vae, false, false), 2);  // filters transformed each call
+  EXPECT_EQ(winograd::best_tile(vae, true, true), 2);    // bf16 products
+  EXPECT_EQ(winograd::best_tile(unet_32, true, false), 4);
+  EXPECT_EQ(winograd::best_tile(unet_16, true, false), 2);   // 16 tiles of 4x4 an image
+  EXPECT_EQ(winograd::best_tile(unet_16, false, false), 0);  // 128 tiles of 2x2
+  EXPECT_EQ(winograd::best_tile(unet_8, true, false), 0);    // 32 tiles
+  EXPECT_EQ(winograd::best_tile(conv_in, true, false), 0);   // 4 input channels
 }
 
 // The Conv kernel on a convolution the winograd_conv pass marks, eagerly
-// (the attribute given) and in a plan (the pass sets it): against the
-// reference Conv, with odd sizes and asymmetric padding.
+// (the attribute given: 1, the kernel picks F(2x2, 3x3) here; 4, F(4x4,
+// 3x3) named) and in a plan (the pass sets it; F(4x4, 3x3) picked): against
+// the reference Conv, with odd sizes and asymmetric padding.
 TEST(Winograd, ConvKernel) {
   Attributes marked;
   marked.set("pads", std::vector<int64_t>{1, 0, 2, 1});
   marked.set("winograd", int64_t(1));
   const testing::OpCase c{"3x3, 2 images, 31x33 outputs", OpKind::kConv, marked,
                           {f32({2, 40, 30, 34}), f32({36, 40, 3, 3}), f32({36})}, 1, 1e-4};
-  ASSERT_TRUE(winograd::pays_off({2, 40, 30, 34, 36, 31, 33, 1, 0}, false));
+  const winograd::Conv conv{2, 40, 30, 34, 36, 31, 33, 1, 0};
+  ASSERT_EQ(winograd::best_tile(conv, false, false), 2);
+  ASSERT_EQ(winograd::best_tile(conv, true, false), 4);
   EXPECT_TRUE(testing::check_op(c));
+  testing::OpCase named = c;
+  named.attrs.set("winograd", int64_t(4));
+  EXPECT_TRUE(testing::check_op(named));
   testing::OpCase unmarked = c;
   unmarked.attrs.set("winograd", int64_t(0));  // the plan's pass marks it again
   EXPECT_TRUE(testing::check_op_in_plan(unmarked));

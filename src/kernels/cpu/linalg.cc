@@ -671,9 +671,9 @@ struct ConvGeometry final : KernelState {
   // im2col copy, which writes and reads back 9 times the input for a 3x3
   // kernel (3-8 % faster on SD's VAE and UNet convs).
   bool rows_in_place = false;
-  // 3x3, stride 1, enough channels and tiles: Winograd's F(2x2, 3x3)
-  // (winograd.h), 2.25x fewer multiplications.
-  bool winograd = false;
+  // 3x3, stride 1, enough channels and tiles: Winograd's F(m x m, 3x3)
+  // (winograd.h), its m here (2 or 4; 0: not Winograd).
+  int64_t winograd_tile = 0;
   // Its products in bf16 (only by Winograd, where gemm::has_bf16_products();
   // other bf16 convolutions run on oneDNN).
   bool bf16_products = false;
@@ -917,7 +917,8 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
 }
 
 winograd::Conv winograd_conv(const ConvGeometry& g) {
-  return {g.batch, g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width, g.pad_h, g.pad_w};
+  return {g.batch,      g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width,
+          g.pad_h,      g.pad_w,       g.winograd_tile};
 }
 
 // Winograd's filters from w, into `owner`: a plan step's copy of input 1.
@@ -957,8 +958,17 @@ Status conv_winograd(KernelContext& ctx, const ConvGeometry& g) {
                          : conv_winograd_as<float>(ctx, g, g.weight.data);
 }
 
+// The tile a convolution marked by the winograd_conv pass computes with (0:
+// direct): winograd::best_tile's, or the attribute's when it names one
+// (winograd = 2 or 4: benchmarks and tests comparing the two).
+int64_t winograd_tile(const KernelContext& ctx, const winograd::Conv& c, bool bf16) {
+  const int64_t marked = ctx.attrs().get_int("winograd", 0);
+  if (marked == 2 || marked == 4) return marked;
+  return winograd::best_tile(c, packs_weight(ctx, 1), bf16);
+}
+
 Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
-  if (g.winograd) return conv_winograd(ctx, g);
+  if (g.winograd_tile) return conv_winograd(ctx, g);
   if (g.pixels_as_rows) return conv_pixel_rows(ctx, g);
   return g.rows_in_place ? conv_rows_in_place(ctx, g) : conv_gemm(ctx, g);
 }
@@ -1136,7 +1146,7 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   const bool bf16 =
       !transpose && computes_in_bf16(*ctx.node) && out_channels / g >= kBf16MinOutChannels;
   // kiln's GEMM: f32, or a bf16 conv Winograd may compute on bf16 products.
-  const bool winograd_marked = ctx.attrs().get_int("winograd", 0) != 0;
+  const bool winograd_marked = ctx.attrs().get_int("winograd", 0) > 0;
   if (!transpose && g == 1 && spatial <= 2 && (!bf16 || (winograd_marked && gemm::has_bf16_products()))) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
@@ -1153,14 +1163,14 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
     cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
     cg.rows_in_place = !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
                        cg.out_width % gemm::panel_width() == 0;
-    cg.winograd = winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
-                  cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 &&
-                  !fused_epilogue(ctx, true).activate && winograd::pays_off(winograd_conv(cg), packs_weight(ctx, 1));
+    if (winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
+        cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 && !fused_epilogue(ctx, true).activate)
+      cg.winograd_tile = winograd_tile(ctx, winograd_conv(cg), bf16);
     cg.bf16_products = bf16;
-    if (!bf16 || cg.winograd) {  // else a bf16 conv that stays on oneDNN, below
+    if (!bf16 || cg.winograd_tile) {  // else a bf16 conv that stays on oneDNN, below
       if (cg.pixels_as_rows && packs_weight(ctx, 1))
         KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
-      if (cg.winograd && packs_weight(ctx, 1))
+      if (cg.winograd_tile && packs_weight(ctx, 1))
         KILN_RETURN_IF_ERROR(bf16 ? own_winograd_filters(ctx, cg, w.as<float>(), cg.bf16_weight)
                                   : own_winograd_filters(ctx, cg, w.as<float>(), cg.weight));
       if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);

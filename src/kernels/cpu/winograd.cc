@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) convolutions (see winograd.h). The tile transforms
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (see winograd.h). The tile transforms
 // are Highway loops compiled once per SIMD target (foreach_target.h
 // re-includes this file), each vector holding a run of tiles along one row
 // of tiles; the products are kiln's GEMM.
@@ -47,17 +47,59 @@ HWY_INLINE void ForEachRun(const Conv& c, const Chunk& chunk, Fn&& fn) {
   }
 }
 
-// v[xi] = (B^T d B)[xi], xi < 16, for the run of tiles from (th, tw) of
+// B^T x: one column (or row) x of an input block, a = m + 2 values.
+template <int64_t kM>
+HWY_INLINE void InputSums(const V* x, V* r) {
+  if constexpr (kM == 2) {  // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+    r[0] = hn::Sub(x[0], x[2]);
+    r[1] = hn::Add(x[1], x[2]);
+    r[2] = hn::Sub(x[2], x[1]);
+    r[3] = hn::Sub(x[1], x[3]);
+  } else {  // B^T of F(4x4, 3x3), at the points 0, +-1, +-2, infinity
+    const D d;
+    const V two = hn::Set(d, 2.0f), four = hn::Set(d, 4.0f), five = hn::Set(d, 5.0f);
+    const V a = hn::NegMulAdd(four, x[2], x[4]), b = hn::NegMulAdd(four, x[1], x[3]);  // x4 - 4 x2, x3 - 4 x1
+    const V c = hn::Sub(x[4], x[2]), e = hn::Sub(x[3], x[1]);
+    r[0] = hn::MulAdd(four, x[0], hn::NegMulAdd(five, x[2], x[4]));  // 4 x0 - 5 x2 + x4
+    r[1] = hn::Add(a, b);
+    r[2] = hn::Sub(a, b);
+    r[3] = hn::MulAdd(two, e, c);
+    r[4] = hn::NegMulAdd(two, e, c);
+    r[5] = hn::MulAdd(four, x[1], hn::NegMulAdd(five, x[3], x[5]));  // 4 x1 - 5 x3 + x5
+  }
+}
+
+// A^T x: m outputs from one column (or row) x of a = m + 2 products.
+template <int64_t kM>
+HWY_INLINE void OutputSums(const V* x, V* o) {
+  if constexpr (kM == 2) {  // A^T = [1 1 1 0; 0 1 -1 -1]
+    o[0] = hn::Add(hn::Add(x[0], x[1]), x[2]);
+    o[1] = hn::Sub(hn::Sub(x[1], x[2]), x[3]);
+  } else {  // A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+    const D d;
+    const V s = hn::Add(x[1], x[2]), t = hn::Sub(x[1], x[2]), p = hn::Add(x[3], x[4]), q = hn::Sub(x[3], x[4]);
+    o[0] = hn::Add(hn::Add(x[0], s), p);
+    o[1] = hn::MulAdd(hn::Set(d, 2.0f), q, t);
+    o[2] = hn::MulAdd(hn::Set(d, 4.0f), p, s);
+    o[3] = hn::Add(hn::MulAdd(hn::Set(d, 8.0f), q, t), x[5]);
+  }
+}
+
+// v[xi] = (B^T d B)[xi], xi < a^2, for the run of tiles from (th, tw) of
 // input plane `in`; `row` holds a padded copy of an input row's reach.
+template <int64_t kM>
 HWY_INLINE void TransformTiles(const Conv& c, const float* in, int64_t th, int64_t tw, float* row, V* v) {
+  constexpr int64_t kA = kM + 2;
   const D d;
-  // d[i][j]: input (2 th - pad_h + i, 2 tw' - pad_w + j) for the run's tiles tw'.
-  V dij[4][4];
-  const int64_t iw = 2 * tw - c.pad_w, reach = 2 * kLanes + 2;
-  for (int64_t i = 0; i < 4; ++i) {
-    const int64_t ih = 2 * th - c.pad_h + i;
+  // x[i][j]: input (m th - pad_h + i, m tw' - pad_w + j) for the run's tiles
+  // tw', loaded de-interleaved: m values per lane, then the next m (of which
+  // a - m = 2 are used).
+  V x[kA][kA];
+  const int64_t iw = kM * tw - c.pad_w, reach = kM * kLanes + kM;
+  for (int64_t i = 0; i < kA; ++i) {
+    const int64_t ih = kM * th - c.pad_h + i;
     if (ih < 0 || ih >= c.height) {
-      for (auto& value : dij[i]) value = hn::Zero(d);
+      for (auto& value : x[i]) value = hn::Zero(d);
       continue;
     }
     const float* line = in + ih * c.width;
@@ -66,39 +108,41 @@ HWY_INLINE void TransformTiles(const Conv& c, const float* in, int64_t th, int64
       for (int64_t j = 0; j < reach; ++j) row[j] = iw + j >= 0 && iw + j < c.width ? line[iw + j] : 0.0f;
       from = row;
     }
-    hn::LoadInterleaved2(d, from, dij[i][0], dij[i][1]);
-    hn::LoadInterleaved2(d, from + 2, dij[i][2], dij[i][3]);
+    if constexpr (kM == 2) {
+      hn::LoadInterleaved2(d, from, x[i][0], x[i][1]);
+      hn::LoadInterleaved2(d, from + 2, x[i][2], x[i][3]);
+    } else {
+      V unused0, unused1;
+      hn::LoadInterleaved4(d, from, x[i][0], x[i][1], x[i][2], x[i][3]);
+      hn::LoadInterleaved4(d, from + 4, x[i][4], x[i][5], unused0, unused1);
+    }
   }
-  // B^T d: rows combined; then (B^T d) B: columns.
-  V r[4][4];
-  for (int64_t j = 0; j < 4; ++j) {
-    r[0][j] = hn::Sub(dij[0][j], dij[2][j]);
-    r[1][j] = hn::Add(dij[1][j], dij[2][j]);
-    r[2][j] = hn::Sub(dij[2][j], dij[1][j]);
-    r[3][j] = hn::Sub(dij[1][j], dij[3][j]);
+  // B^T d: columns; then (B^T d) B: rows.
+  V column[kA], sums[kA], r[kA][kA];
+  for (int64_t j = 0; j < kA; ++j) {
+    for (int64_t i = 0; i < kA; ++i) column[i] = x[i][j];
+    InputSums<kM>(column, sums);
+    for (int64_t i = 0; i < kA; ++i) r[i][j] = sums[i];
   }
-  for (int64_t a = 0; a < 4; ++a) {
-    v[a * 4 + 0] = hn::Sub(r[a][0], r[a][2]);
-    v[a * 4 + 1] = hn::Add(r[a][1], r[a][2]);
-    v[a * 4 + 2] = hn::Sub(r[a][2], r[a][1]);
-    v[a * 4 + 3] = hn::Sub(r[a][1], r[a][3]);
-  }
+  for (int64_t i = 0; i < kA; ++i) InputSums<kM>(r[i], v + i * kA);
 }
 
 // v[xi * in_channels * stride + ic * stride + t] = (B^T d B)[xi] for the
 // chunk's tiles t, from image x; columns [count, stride) zero.
-void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
+template <int64_t kM>
+void InputTransformAs(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
   const D d;
   const Chunk chunk{first, count};
-  const int64_t plane = c.height * c.width, xi_step = c.in_channels * stride;
+  const int64_t plane = c.height * c.width, xi_step = c.in_channels * stride, points = c.points();
   HWY_ALIGN float row[4 * kLanes + 4], part[kLanes];
   for (int64_t ic = 0; ic < c.in_channels; ++ic) {
     float* out = v + ic * stride;
-    for (int64_t xi = 0; xi < 16; ++xi) std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride, 0.0f);
+    for (int64_t xi = 0; xi < points; ++xi)
+      std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride, 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
-      V values[16];
-      TransformTiles(c, x + ic * plane, th, tw, row, values);
-      for (int64_t xi = 0; xi < 16; ++xi) {
+      V values[(kM + 2) * (kM + 2)];
+      TransformTiles<kM>(c, x + ic * plane, th, tw, row, values);
+      for (int64_t xi = 0; xi < points; ++xi) {
         float* to = out + xi * xi_step + t;
         if (run == kLanes) {
           hn::StoreU(values[xi], d, to);
@@ -111,18 +155,25 @@ void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x,
   }
 }
 
+void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
+  if (c.tile == 4) return InputTransformAs<4>(c, first, count, x, stride, v);
+  InputTransformAs<2>(c, first, count, x, stride, v);
+}
+
 // The same for bf16 products: each v[xi] a B operand packed as
 // gemm::pack_bf16 packs (panels of 32 columns, input channels in pairs, an
 // odd count's last paired with zeros), rounded to nearest even: as 32-bit
 // words, channels (2 p, 2 p + 1) of tile t at xi * (depth / 2) * stride +
 // t / 32 * (depth / 2) * 32 + p * 32 + t % 32, depth the channels rounded up
 // to even. Columns [count, stride) zero.
-void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
-                        uint32_t* v) {
+template <int64_t kM>
+void InputTransformBf16As(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
+                          uint32_t* v) {
+  constexpr int64_t kPoints = (kM + 2) * (kM + 2);
   const hn::RebindToUnsigned<D> du;
   const Chunk chunk{first, count};
   const int64_t plane = c.height * c.width, pairs = (c.in_channels + 1) / 2, xi_step = pairs * stride;
-  if (count < stride) std::fill(v, v + 16 * xi_step, 0u);
+  if (count < stride) std::fill(v, v + kPoints * xi_step, 0u);
   HWY_ALIGN float row[4 * kLanes + 4];
   HWY_ALIGN uint32_t part[kLanes];
   // f32 to bf16 bits, to nearest even: the upper half of bits + 0x7FFF + (bit 16).
@@ -133,10 +184,10 @@ void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float
   for (int64_t p = 0; p < pairs; ++p) {
     const bool odd = 2 * p + 1 < c.in_channels;  // the pair has its second channel
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
-      V even[16], second[16];
-      TransformTiles(c, x + 2 * p * plane, th, tw, row, even);
-      if (odd) TransformTiles(c, x + (2 * p + 1) * plane, th, tw, row, second);
-      for (int64_t xi = 0; xi < 16; ++xi) {
+      V even[kPoints], second[kPoints];
+      TransformTiles<kM>(c, x + 2 * p * plane, th, tw, row, even);
+      if (odd) TransformTiles<kM>(c, x + (2 * p + 1) * plane, th, tw, row, second);
+      for (int64_t xi = 0; xi < kPoints; ++xi) {
         const auto low = hn::ShiftRight<16>(rounded(even[xi]));
         const auto words =
             odd ? hn::Or(low, hn::And(rounded(second[xi]), hn::Set(du, 0xFFFF0000u))) : low;
@@ -152,51 +203,62 @@ void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float
   }
 }
 
+void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
+                        uint32_t* v) {
+  if (c.tile == 4) return InputTransformBf16As<4>(c, first, count, x, stride, v);
+  InputTransformBf16As<2>(c, first, count, x, stride, v);
+}
+
 // y's tiles of the chunk = A^T M A + bias (+ residual), from m[xi *
 // out_channels * stride + oc * stride + t]; a tile's outputs past y's edge
 // are dropped. y and residual point at the image.
-void OutputTransform(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
-                     const float* bias, const float* residual, float* y) {
+template <int64_t kM>
+void OutputTransformAs(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
+                       const float* bias, const float* residual, float* y) {
+  constexpr int64_t kA = kM + 2;
   const D d;
   const Chunk chunk{first, count};
   const int64_t plane = c.out_height * c.out_width, xi_step = c.out_channels * stride;
-  HWY_ALIGN float y0[2 * kLanes], y1[2 * kLanes];
+  HWY_ALIGN float part[kM * kLanes];
   for (int64_t oc = 0; oc < c.out_channels; ++oc) {
     const V b = hn::Set(d, bias ? bias[oc] : 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
       const float* in = m + oc * stride + t;
-      V s[4], u[4];  // A^T M: rows 0 + 1 + 2 and 1 - 2 - 3
-      for (int64_t j = 0; j < 4; ++j) {
-        const V m0 = hn::LoadU(d, in + j * xi_step), m1 = hn::LoadU(d, in + (4 + j) * xi_step);
-        const V m2 = hn::LoadU(d, in + (8 + j) * xi_step), m3 = hn::LoadU(d, in + (12 + j) * xi_step);
-        s[j] = hn::Add(hn::Add(m0, m1), m2);
-        u[j] = hn::Sub(hn::Sub(m1, m2), m3);
+      V column[kA], sums[kM], rows[kM][kA];  // A^T M
+      for (int64_t j = 0; j < kA; ++j) {
+        for (int64_t i = 0; i < kA; ++i) column[i] = hn::LoadU(d, in + (i * kA + j) * xi_step);
+        OutputSums<kM>(column, sums);
+        for (int64_t i = 0; i < kM; ++i) rows[i][j] = sums[i];
       }
-      // (A^T M) A, the bias added: outputs (2 th + a, 2 tw' + e).
-      V out[2][2] = {{hn::Add(hn::Add(hn::Add(s[0], s[1]), s[2]), b), hn::Add(hn::Sub(hn::Sub(s[1], s[2]), s[3]), b)},
-                     {hn::Add(hn::Add(hn::Add(u[0], u[1]), u[2]), b), hn::Add(hn::Sub(hn::Sub(u[1], u[2]), u[3]), b)}};
-      const int64_t oh = 2 * th, ow = 2 * tw;
-      const bool whole = run == kLanes && ow + 2 * kLanes <= c.out_width && oh + 1 < c.out_height;
-      for (int64_t a = 0; a < 2 && oh + a < c.out_height; ++a) {
-        float* to = y + oc * plane + (oh + a) * c.out_width + ow;
-        const float* add = residual ? residual + oc * plane + (oh + a) * c.out_width + ow : nullptr;
-        if (whole) {
-          if (add) {
-            V even, odd;
-            hn::LoadInterleaved2(d, add, even, odd);
-            out[a][0] = hn::Add(out[a][0], even);
-            out[a][1] = hn::Add(out[a][1], odd);
-          }
-          hn::StoreInterleaved2(out[a][0], out[a][1], d, to);
-          continue;
+      const int64_t oh = kM * th, ow = kM * tw;
+      const bool whole = run == kLanes && ow + kM * kLanes <= c.out_width && oh + kM <= c.out_height;
+      for (int64_t i = 0; i < kM && oh + i < c.out_height; ++i) {
+        V out[kM];  // (A^T M) A + bias: outputs (m th + i, m tw' + e)
+        OutputSums<kM>(rows[i], out);
+        float* to = y + oc * plane + (oh + i) * c.out_width + ow;
+        const float* add = residual ? residual + oc * plane + (oh + i) * c.out_width + ow : nullptr;
+        for (V& value : out) value = hn::Add(value, b);
+        if (whole && add) {
+          V more[kM];
+          if constexpr (kM == 2) hn::LoadInterleaved2(d, add, more[0], more[1]);
+          else hn::LoadInterleaved4(d, add, more[0], more[1], more[2], more[3]);
+          for (int64_t e = 0; e < kM; ++e) out[e] = hn::Add(out[e], more[e]);
         }
-        float* pair = a ? y1 : y0;
-        hn::StoreInterleaved2(out[a][0], out[a][1], d, pair);
-        const int64_t cols = std::min(2 * run, c.out_width - ow);
-        for (int64_t e = 0; e < cols; ++e) to[e] = pair[e] + (add ? add[e] : 0.0f);
+        float* into = whole ? to : part;
+        if constexpr (kM == 2) hn::StoreInterleaved2(out[0], out[1], d, into);
+        else hn::StoreInterleaved4(out[0], out[1], out[2], out[3], d, into);
+        if (whole) continue;
+        const int64_t cols = std::min(kM * run, c.out_width - ow);
+        for (int64_t e = 0; e < cols; ++e) to[e] = part[e] + (add ? add[e] : 0.0f);
       }
     });
   }
+}
+
+void OutputTransform(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
+                     const float* bias, const float* residual, float* y) {
+  if (c.tile == 4) return OutputTransformAs<4>(c, first, count, m, stride, bias, residual, y);
+  OutputTransformAs<2>(c, first, count, m, stride, bias, residual, y);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -226,66 +288,84 @@ int64_t depth_of(const Conv& c) {
 }
 
 // A chunk's columns: kChunkTiles, or the image's tiles rounded up to whole
-// GEMM panels (of every target: 32 columns) when there are fewer.
-int64_t chunk_stride(const Conv& c) {
-  return std::min(kChunkTiles, (c.tiles_h() * c.tiles_w() + 31) / 32 * 32);
+// GEMM panels (of every target: 32 columns) when there are fewer; halved
+// (in whole panels) while there are fewer chunks than threads (a 32x32
+// image in tiles of 4x4 is 64 tiles: two chunks of 32, not one of 64 that
+// leaves a thread idle).
+int64_t chunk_stride(const Conv& c, int threads) {
+  const int64_t tiles = c.tiles_h() * c.tiles_w();
+  int64_t stride = std::min(kChunkTiles, (tiles + 31) / 32 * 32);
+  while (stride > 32 && c.batch * ((tiles + stride - 1) / stride) < threads) stride = (stride / 2 + 31) / 32 * 32;
+  return stride;
 }
 
 // The scratch: the f32 GEMM's row offsets into V, then a slot per thread (V,
 // M and the lanes M's last loads may read past it).
 struct Layout {
   size_t rows_bytes, v_bytes, m_bytes, slot_bytes;
-  Layout(const Conv& c, bool bf16) {
-    const int64_t stride = chunk_stride(c);
-    const size_t v_values = size_t(16 * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels) * stride);
+  Layout(const Conv& c, int threads, bool bf16) {
+    const int64_t stride = chunk_stride(c, threads);
+    const size_t v_values = size_t(c.points() * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels) * stride);
     rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
     v_bytes = aligned(v_values * (bf16 ? sizeof(kiln::bf16) : sizeof(float)));
-    m_bytes = aligned(size_t(16 * c.out_channels * stride + 16) * sizeof(float));
+    m_bytes = aligned(size_t(c.points() * c.out_channels * stride + 16) * sizeof(float));
     slot_bytes = v_bytes + m_bytes;
   }
 };
 
-// U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic], G = [1 0 0; 1/2 1/2 1/2;
-// 1/2 -1/2 1/2; 0 0 1]; rows of depth_of<T>, rounded for bf16 (an odd
-// count's pad column zero).
+// G g: one column (or row) g of a filter, 3 values, to a = m + 2.
+void filter_sums(int64_t m, const float* g, float* out) {
+  if (m == 2) {  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+    out[0] = g[0];
+    out[1] = 0.5f * (g[0] + g[1] + g[2]);
+    out[2] = 0.5f * (g[0] - g[1] + g[2]);
+    out[3] = g[2];
+  } else {  // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+    out[0] = 0.25f * g[0];
+    out[1] = -(g[0] + g[1] + g[2]) / 6.0f;
+    out[2] = -(g[0] - g[1] + g[2]) / 6.0f;
+    out[3] = (g[0] + 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
+    out[4] = (g[0] - 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
+    out[5] = g[2];
+  }
+}
+
+// U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic]; rows of depth_of<T>,
+// rounded for bf16 (an odd count's pad column zero).
 template <typename T>
 void transform_filters_as(const Conv& c, const float* w, T* u, int threads) {
-  const int64_t depth = depth_of<T>(c), matrix = c.out_channels * depth;
-  auto store = [](float value) {
-    if constexpr (kBf16<T>) return f32_to_bf16(value);
-    else return value;
-  };
+  const int64_t depth = depth_of<T>(c), matrix = c.out_channels * depth, a = c.tile + 2;
   parallel_for(c.out_channels, threads > 1, [&](int64_t oc) {
     T* row = u + oc * depth;
     for (int64_t ic = 0; ic < c.in_channels; ++ic) {
       const float* g = w + (oc * c.in_channels + ic) * 9;
-      float gg[4][3];  // G g
+      float column[3], sums[6], gg[6][3];  // G g
       for (int j = 0; j < 3; ++j) {
-        gg[0][j] = g[j];
-        gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-        gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-        gg[3][j] = g[6 + j];
+        for (int i = 0; i < 3; ++i) column[i] = g[i * 3 + j];
+        filter_sums(c.tile, column, sums);
+        for (int64_t i = 0; i < a; ++i) gg[i][j] = sums[i];
       }
-      for (int a = 0; a < 4; ++a) {
-        row[(a * 4 + 0) * matrix + ic] = store(gg[a][0]);
-        row[(a * 4 + 1) * matrix + ic] = store(0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
-        row[(a * 4 + 2) * matrix + ic] = store(0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
-        row[(a * 4 + 3) * matrix + ic] = store(gg[a][2]);
+      for (int64_t i = 0; i < a; ++i) {  // (G g) G^T
+        filter_sums(c.tile, gg[i], sums);
+        for (int64_t j = 0; j < a; ++j) {
+          if constexpr (kBf16<T>) row[(i * a + j) * matrix + ic] = f32_to_bf16(sums[j]);
+          else row[(i * a + j) * matrix + ic] = sums[j];
+        }
       }
     }
-    for (int64_t xi = 0; xi < 16 && depth > c.in_channels; ++xi) row[xi * matrix + c.in_channels] = T{0};
+    for (int64_t xi = 0; xi < c.points() && depth > c.in_channels; ++xi) row[xi * matrix + c.in_channels] = T{0};
   });
 }
 
-// The transforms around 16 GEMMs in T, a chunk of tiles per task.
+// The transforms around a^2 GEMMs in T, a chunk of tiles per task.
 template <typename T>
 void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, const float* residual, float* y,
                  void* scratch, int threads) {
-  const Layout l(c, kBf16<T>);
+  const Layout l(c, threads, kBf16<T>);
   char* base = static_cast<char*>(scratch);
   auto* rows = reinterpret_cast<int64_t*>(base);
   char* slots = base + l.rows_bytes;
-  const int64_t stride = chunk_stride(c), tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
+  const int64_t stride = chunk_stride(c, threads), tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
   const int64_t chunks = (tiles + stride - 1) / stride;
   if constexpr (!kBf16<T>)
     for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
@@ -301,7 +381,7 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
       HWY_DYNAMIC_DISPATCH(InputTransformBf16)(c, first, count, image_x, stride, reinterpret_cast<uint32_t*>(v));
     else
       HWY_DYNAMIC_DISPATCH(InputTransform)(c, first, count, image_x, stride, v);
-    for (int64_t xi = 0; xi < 16; ++xi) {
+    for (int64_t xi = 0; xi < c.points(); ++xi) {
       const gemm::Product<T> p{c.out_channels, stride, depth, u + xi * c.out_channels * depth, depth,
                                v + xi * depth * stride, m + xi * c.out_channels * stride, stride,
                                kBf16<T> ? nullptr : rows};  // bf16 V is packed; f32 V is rows
@@ -314,23 +394,34 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
 
 }  // namespace
 
-bool pays_off(const Conv& c, bool filters_kept) {
-  // kiln_bench_conv, direct against Winograd with the filters kept: SD's
+int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
+  if (c.in_channels < 32 || c.out_channels < 32) return 0;
+  // kiln_bench_conv, direct against F(2x2, 3x3) with the filters kept: SD's
   // UNet at 16x16 (batch 2, 128 tiles) 1.65-1.78x as fast, at 8x8 (32 tiles,
   // half of each 32-column GEMM panel empty) 0.83-0.92x. Transforming the
   // filters on every call made 256 tiles of 512 channels break even (1.01x).
-  const int64_t tiles = c.batch * c.tiles_h() * c.tiles_w();
-  return c.in_channels >= 32 && c.out_channels >= 32 && tiles >= (filters_kept ? 128 : 512);
+  Conv two = c, four = c;
+  two.tile = 2;
+  four.tile = 4;
+  if (two.batch * two.tiles_h() * two.tiles_w() < (filters_kept ? 128 : 512)) return 0;
+  // F(4x4, 3x3) against F(2x2, 3x3), filters kept: SD's VAE decoder (one
+  // image, 64-4096 tiles of 4x4) 1.25-1.72x as fast, its UNet at 32x32 (64
+  // tiles an image) 1.33-1.46x, at 16x16 (16 tiles an image, half a panel)
+  // 0.65-0.73x. Eager, transforming the 2.25x larger U on every call made
+  // the VAE decoder 2-3 % slower than F(2x2, 3x3). In bf16 its error is
+  // 6-7 % of the output's largest value (F(2x2, 3x3): 0.4 %).
+  if (filters_kept && !bf16 && four.tiles_h() * four.tiles_w() >= 64) return 4;
+  return 2;
 }
 
 size_t filter_count(const Conv& c, bool bf16) {
-  return size_t(16 * c.out_channels * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels));
+  return size_t(c.points() * c.out_channels * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels));
 }
 void transform_filters(const Conv& c, const float* w, float* u, int threads) { transform_filters_as(c, w, u, threads); }
 void transform_filters(const Conv& c, const float* w, bf16* u, int threads) { transform_filters_as(c, w, u, threads); }
 
 size_t scratch_bytes(const Conv& c, int threads, bool bf16) {
-  const Layout l(c, bf16);
+  const Layout l(c, threads, bf16);
   return l.rows_bytes + size_t(threads) * l.slot_bytes;
 }
 
