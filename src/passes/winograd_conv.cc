@@ -1,8 +1,9 @@
-// Marks the convolutions Winograd's F(2x2, 3x3) can compute: a 2-D Conv (or
+// Marks the convolutions Winograd's F(m x m, 3x3) can compute: a 2-D Conv (or
 // kiln.Conv) by a constant-shaped 3x3 kernel, stride 1, no dilation, one
 // group gets the attribute winograd = 1. The CPU kernel then runs it by
 // Winograd (kernels/cpu/winograd.h) where that pays (enough channels and
-// output tiles, no activation to apply, not computed in bf16); elsewhere,
+// output tiles, no activation to apply), with the tile winograd::best_tile
+// picks (a value of 2 or 4 names it instead: benchmarks); elsewhere,
 // and for every convolution when this pass is switched off (a fusion switch
 // file {"winograd_conv": false}), convolutions stay direct.
 //

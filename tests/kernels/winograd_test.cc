@@ -108,8 +108,9 @@ TEST(Winograd, MatchesDirectConvolution) {
 TEST(Winograd, BestTile) {
   const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, unet_32{2, 320, 32, 32, 320, 32, 32, 1, 1};
   const winograd::Conv unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1}, unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1};
-  const winograd::Conv conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1};
+  const winograd::Conv conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1}, vae_32{1, 512, 32, 32, 512, 32, 32, 1, 1};
   EXPECT_EQ(winograd::best_tile(vae, true, false), 4);
+  EXPECT_EQ(winograd::best_tile(vae_32, true, false), 2);  // 64 tiles of 4x4: too little saved for U's size
   EXPECT_EQ(winograd::best_tile(vae, false, false), 2);  // filters transformed each call
   EXPECT_EQ(winograd::best_tile(vae, true, true), 2);    // bf16 products
   EXPECT_EQ(winograd::best_tile(unet_32, true, false), 4);
