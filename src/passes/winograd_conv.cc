@@ -3,7 +3,7 @@
 // group gets the attribute winograd = 1. The CPU kernel then runs it by
 // Winograd (kernels/cpu/winograd.h) where that pays (enough channels and
 // output tiles, no activation to apply), with the tile winograd::best_tile
-// picks (a value of 2 or 4 names it instead: benchmarks); elsewhere,
+// picks (a value of 2 or 4, kept, names it instead: benchmarks); elsewhere,
 // and for every convolution when this pass is switched off (a fusion switch
 // file {"winograd_conv": false}), convolutions stay direct.
 //
@@ -34,7 +34,8 @@ Status winograd_conv(Graph& graph, PassStats* stats) {
     const std::optional<Shape> w = static_shape(conv->inputs[1]);
     if (!w || w->size() != 4 || (*w)[2] != 3 || (*w)[3] != 3) continue;
     if (conv->attrs.get_int("group", 1) != 1 || !ones(*conv, "strides") || !ones(*conv, "dilations")) continue;
-    conv->attrs.set("winograd", int64_t(1));
+    const int64_t named = conv->attrs.get_int("winograd", 0);
+    if (named != 2 && named != 4) conv->attrs.set("winograd", int64_t(1));
     ++marked;
   }
   if (stats && marked) stats->add("winograd_conv", marked);

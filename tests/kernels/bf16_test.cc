@@ -41,6 +41,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
   const Attributes conv3 = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
   Attributes conv3_winograd = conv3;
   conv3_winograd.set("winograd", int64_t(1));
+  Attributes conv3_winograd_named = conv3;  // F(2x2, 3x3) named, whatever pays
+  conv3_winograd_named.set("winograd", int64_t(2));
   const Attributes conv3_gelu = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"activation", std::string("gelu")}});
   return {
       {"MatMul by a weight", OpKind::kMatMul, a({}), {x({2, 64, 32}), x({32, 48})}},
@@ -74,6 +76,10 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // call (544): on CPUs with AVX512-BF16, Winograd's 16 GEMMs in bf16.
       // Its transforms of exact inputs are not exact in bf16 (kWinogradTolerance).
       {"Conv 3x3 by Winograd", OpKind::kConv, conv3_winograd, {x({2, 32, 32, 34}), x({40, 32, 3, 3}), f32({40})}},
+      // Both images' 42 tiles in one chunk (columns 42-83 the second's), an
+      // odd channel count (the last paired with zeros).
+      {"Conv 3x3 by Winograd, one chunk", OpKind::kConv, conv3_winograd_named,
+       {x({2, 33, 12, 14}), x({40, 33, 3, 3}), f32({40})}},
       // Attention also rounds the probabilities to bf16 before P V: never
       // exact (kAttentionTolerance). Sizes past one 128-row tile and one
       // 512-key block, so short last tiles and online softmax are covered;

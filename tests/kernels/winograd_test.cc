@@ -103,21 +103,25 @@ TEST(Winograd, MatchesDirectConvolution) {
 }
 
 // Only convolutions with enough channels and tiles go to Winograd (more
-// tiles when each call transforms the filters), F(4x4, 3x3) where its tiles
-// fill the GEMM panels, the filters are kept and the products are f32.
+// tiles when each call transforms the filters); F(4x4, 3x3) where its tiles
+// fill the GEMM panels, the filters are kept and the products are f32; and
+// a tile's U larger than the weight only where each extra byte saves enough.
 TEST(Winograd, BestTile) {
-  const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, unet_32{2, 320, 32, 32, 320, 32, 32, 1, 1};
-  const winograd::Conv unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1}, unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1};
-  const winograd::Conv conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1}, vae_32{1, 512, 32, 32, 512, 32, 32, 1, 1};
+  const winograd::Conv vae{1, 512, 64, 64, 512, 64, 64, 1, 1}, vae_32{1, 512, 32, 32, 512, 32, 32, 1, 1};
+  const winograd::Conv unet_32{2, 320, 32, 32, 320, 32, 32, 1, 1}, unet_16{2, 640, 16, 16, 640, 16, 16, 1, 1};
+  const winograd::Conv unet_8{2, 1280, 8, 8, 1280, 8, 8, 1, 1}, unet_8_one{1, 1280, 8, 8, 1280, 8, 8, 1, 1};
+  const winograd::Conv conv_in{1, 4, 64, 64, 512, 64, 64, 1, 1};
   EXPECT_EQ(winograd::best_tile(vae, true, false), 4);
-  EXPECT_EQ(winograd::best_tile(vae_32, true, false), 2);  // 64 tiles of 4x4: too little saved for U's size
   EXPECT_EQ(winograd::best_tile(vae, false, false), 2);  // filters transformed each call
   EXPECT_EQ(winograd::best_tile(vae, true, true), 2);    // bf16 products
+  EXPECT_EQ(winograd::best_tile(vae_32, true, false), 2);  // 1024 outputs: too few for F(4x4)'s U
   EXPECT_EQ(winograd::best_tile(unet_32, true, false), 4);
-  EXPECT_EQ(winograd::best_tile(unet_16, true, false), 2);   // 16 tiles of 4x4 an image
-  EXPECT_EQ(winograd::best_tile(unet_16, false, false), 0);  // 128 tiles of 2x2
-  EXPECT_EQ(winograd::best_tile(unet_8, true, false), 0);    // 32 tiles
-  EXPECT_EQ(winograd::best_tile(conv_in, true, false), 0);   // 4 input channels
+  EXPECT_EQ(winograd::best_tile(unet_16, true, false), 2);
+  EXPECT_EQ(winograd::best_tile(unet_16, false, false), 0);  // 128 tiles, eager
+  EXPECT_EQ(winograd::best_tile(unet_8, true, false), 0);    // 128 outputs: too few for F(2x2)'s f32 U
+  EXPECT_EQ(winograd::best_tile(unet_8, true, true), 2);     // its bf16 U is smaller than the weight
+  EXPECT_EQ(winograd::best_tile(unet_8_one, true, true), 0);  // 16 tiles: half a GEMM panel
+  EXPECT_EQ(winograd::best_tile(conv_in, true, false), 0);    // 4 input channels
 }
 
 // The Conv kernel on a convolution the winograd_conv pass marks, eagerly

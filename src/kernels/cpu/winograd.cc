@@ -18,6 +18,18 @@
 
 #include <hwy/highway.h>
 
+#ifndef KILN_WINOGRAD_CHUNK  // once, not per target
+#define KILN_WINOGRAD_CHUNK
+namespace kiln::winograd {
+// A chunk of one image's tiles: [first, first + count) in row-major order
+// over its tiles_h x tiles_w, its tile t at column `column + t` of V and M
+// (which may hold other images' tiles beside it).
+struct Chunk {
+  int64_t first, count, column;
+};
+}  // namespace kiln::winograd
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln::winograd {
 namespace HWY_NAMESPACE {
@@ -26,12 +38,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 constexpr int64_t kLanes = int64_t(hn::MaxLanes(D()));
-
-// A chunk of one image's tiles: [first, first + count) in row-major order
-// over its tiles_h x tiles_w.
-struct Chunk {
-  int64_t first, count;
-};
 
 // Calls fn(th, tw, t, run) for each run of up to kLanes tiles of the chunk
 // in one row of tiles: tile (th, tw) is the run's first, t its index in the
@@ -127,18 +133,19 @@ HWY_INLINE void TransformTiles(const Conv& c, const float* in, int64_t th, int64
   for (int64_t i = 0; i < kA; ++i) InputSums<kM>(r[i], v + i * kA);
 }
 
-// v[xi * in_channels * stride + ic * stride + t] = (B^T d B)[xi] for the
-// chunk's tiles t, from image x; columns [count, stride) zero.
+// v[xi * in_channels * stride + ic * stride + column + t] = (B^T d B)[xi]
+// for the chunk's tiles t and input channels ic in [begin, end), from image
+// x; columns [column + count, stride) zero.
 template <int64_t kM>
-void InputTransformAs(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
+void InputTransformAs(const Conv& c, const Chunk& chunk, const float* x, int64_t stride, int64_t begin,
+                      int64_t end, float* v) {
   const D d;
-  const Chunk chunk{first, count};
   const int64_t plane = c.height * c.width, xi_step = c.in_channels * stride, points = c.points();
   HWY_ALIGN float row[4 * kLanes + 4], part[kLanes];
-  for (int64_t ic = 0; ic < c.in_channels; ++ic) {
-    float* out = v + ic * stride;
+  for (int64_t ic = begin; ic < end; ++ic) {
+    float* out = v + ic * stride + chunk.column;
     for (int64_t xi = 0; xi < points; ++xi)
-      std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride, 0.0f);
+      std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride - chunk.column, 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
       V values[(kM + 2) * (kM + 2)];
       TransformTiles<kM>(c, x + ic * plane, th, tw, row, values);
@@ -155,25 +162,28 @@ void InputTransformAs(const Conv& c, int64_t first, int64_t count, const float* 
   }
 }
 
-void InputTransform(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride, float* v) {
-  if (c.tile == 4) return InputTransformAs<4>(c, first, count, x, stride, v);
-  InputTransformAs<2>(c, first, count, x, stride, v);
+void InputTransform(const Conv& c, const Chunk& chunk, const float* x, int64_t stride, int64_t begin, int64_t end,
+                    float* v) {
+  if (c.tile == 4) return InputTransformAs<4>(c, chunk, x, stride, begin, end, v);
+  InputTransformAs<2>(c, chunk, x, stride, begin, end, v);
 }
 
-// The same for bf16 products: each v[xi] a B operand packed as
-// gemm::pack_bf16 packs (panels of 32 columns, input channels in pairs, an
-// odd count's last paired with zeros), rounded to nearest even: as 32-bit
-// words, channels (2 p, 2 p + 1) of tile t at xi * (depth / 2) * stride +
-// t / 32 * (depth / 2) * 32 + p * 32 + t % 32, depth the channels rounded up
-// to even. Columns [count, stride) zero.
+// The same for bf16 products, pairs of input channels p in [begin, end):
+// each v[xi] a B operand packed as gemm::pack_bf16 packs (panels of 32
+// columns, input channels in pairs, an odd count's last paired with zeros),
+// rounded to nearest even: as 32-bit words, channels (2 p, 2 p + 1) of
+// column k at xi * (depth / 2) * stride + k / 32 * (depth / 2) * 32 + p * 32
+// + k % 32, depth the channels rounded up to even.
 template <int64_t kM>
-void InputTransformBf16As(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
-                          uint32_t* v) {
+void InputTransformBf16As(const Conv& c, const Chunk& chunk, const float* x, int64_t stride, int64_t begin,
+                          int64_t end, uint32_t* v) {
   constexpr int64_t kPoints = (kM + 2) * (kM + 2);
   const hn::RebindToUnsigned<D> du;
-  const Chunk chunk{first, count};
   const int64_t plane = c.height * c.width, pairs = (c.in_channels + 1) / 2, xi_step = pairs * stride;
-  if (count < stride) std::fill(v, v + kPoints * xi_step, 0u);
+  auto at = [&](int64_t k) { return k / 32 * pairs * 32 + k % 32; };  // column k's word of pair 0
+  for (int64_t xi = 0; xi < kPoints; ++xi)
+    for (int64_t p = begin; p < end; ++p)
+      for (int64_t k = chunk.column + chunk.count; k < stride; ++k) v[xi * xi_step + p * 32 + at(k)] = 0;
   HWY_ALIGN float row[4 * kLanes + 4];
   HWY_ALIGN uint32_t part[kLanes];
   // f32 to bf16 bits, to nearest even: the upper half of bits + 0x7FFF + (bit 16).
@@ -181,7 +191,7 @@ void InputTransformBf16As(const Conv& c, int64_t first, int64_t count, const flo
     const auto bits = hn::BitCast(du, value);
     return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
   };
-  for (int64_t p = 0; p < pairs; ++p) {
+  for (int64_t p = begin; p < end; ++p) {
     const bool odd = 2 * p + 1 < c.in_channels;  // the pair has its second channel
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
       V even[kPoints], second[kPoints];
@@ -192,38 +202,39 @@ void InputTransformBf16As(const Conv& c, int64_t first, int64_t count, const flo
         const auto words =
             odd ? hn::Or(low, hn::And(rounded(second[xi]), hn::Set(du, 0xFFFF0000u))) : low;
         uint32_t* to = v + xi * xi_step + p * 32;
-        if (run == kLanes && t % 32 + kLanes <= 32) {  // the run inside one panel
-          hn::StoreU(words, du, to + t / 32 * pairs * 32 + t % 32);
+        const int64_t k = chunk.column + t;
+        if (run == kLanes && k % 32 + kLanes <= 32) {  // the run inside one panel
+          hn::StoreU(words, du, to + at(k));
           continue;
         }
         hn::Store(words, du, part);
-        for (int64_t k = 0; k < run; ++k) to[(t + k) / 32 * pairs * 32 + (t + k) % 32] = part[k];
+        for (int64_t i = 0; i < run; ++i) to[at(k + i)] = part[i];
       }
     });
   }
 }
 
-void InputTransformBf16(const Conv& c, int64_t first, int64_t count, const float* x, int64_t stride,
-                        uint32_t* v) {
-  if (c.tile == 4) return InputTransformBf16As<4>(c, first, count, x, stride, v);
-  InputTransformBf16As<2>(c, first, count, x, stride, v);
+void InputTransformBf16(const Conv& c, const Chunk& chunk, const float* x, int64_t stride, int64_t begin,
+                        int64_t end, uint32_t* v) {
+  if (c.tile == 4) return InputTransformBf16As<4>(c, chunk, x, stride, begin, end, v);
+  InputTransformBf16As<2>(c, chunk, x, stride, begin, end, v);
 }
 
-// y's tiles of the chunk = A^T M A + bias (+ residual), from m[xi *
-// out_channels * stride + oc * stride + t]; a tile's outputs past y's edge
-// are dropped. y and residual point at the image.
+// y's tiles of the chunk = A^T M A + bias (+ residual), output channels
+// [begin, end), from m[xi * out_channels * stride + oc * stride + column +
+// t]; a tile's outputs past y's edge are dropped. y and residual point at
+// the image.
 template <int64_t kM>
-void OutputTransformAs(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
-                       const float* bias, const float* residual, float* y) {
+void OutputTransformAs(const Conv& c, const Chunk& chunk, const float* m, int64_t stride, int64_t begin,
+                       int64_t end, const float* bias, const float* residual, float* y) {
   constexpr int64_t kA = kM + 2;
   const D d;
-  const Chunk chunk{first, count};
   const int64_t plane = c.out_height * c.out_width, xi_step = c.out_channels * stride;
   HWY_ALIGN float part[kM * kLanes];
-  for (int64_t oc = 0; oc < c.out_channels; ++oc) {
+  for (int64_t oc = begin; oc < end; ++oc) {
     const V b = hn::Set(d, bias ? bias[oc] : 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
-      const float* in = m + oc * stride + t;
+      const float* in = m + oc * stride + chunk.column + t;
       V column[kA], sums[kM], rows[kM][kA];  // A^T M
       for (int64_t j = 0; j < kA; ++j) {
         for (int64_t i = 0; i < kA; ++i) column[i] = hn::LoadU(d, in + (i * kA + j) * xi_step);
@@ -255,10 +266,10 @@ void OutputTransformAs(const Conv& c, int64_t first, int64_t count, const float*
   }
 }
 
-void OutputTransform(const Conv& c, int64_t first, int64_t count, const float* m, int64_t stride,
+void OutputTransform(const Conv& c, const Chunk& chunk, const float* m, int64_t stride, int64_t begin, int64_t end,
                      const float* bias, const float* residual, float* y) {
-  if (c.tile == 4) return OutputTransformAs<4>(c, first, count, m, stride, bias, residual, y);
-  OutputTransformAs<2>(c, first, count, m, stride, bias, residual, y);
+  if (c.tile == 4) return OutputTransformAs<4>(c, chunk, m, stride, begin, end, bias, residual, y);
+  OutputTransformAs<2>(c, chunk, m, stride, begin, end, bias, residual, y);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -287,29 +298,29 @@ int64_t depth_of(const Conv& c) {
   return kBf16<T> ? gemm::bf16_depth(c.in_channels) : c.in_channels;
 }
 
-// A chunk's columns: kChunkTiles, or the image's tiles rounded up to whole
-// GEMM panels (of every target: 32 columns) when there are fewer; halved
-// (in whole panels) while there are fewer chunks than threads (a 32x32
-// image in tiles of 4x4 is 64 tiles: two chunks of 32, not one of 64 that
-// leaves a thread idle).
-int64_t chunk_stride(const Conv& c, int threads) {
-  const int64_t tiles = c.tiles_h() * c.tiles_w();
-  int64_t stride = std::min(kChunkTiles, (tiles + 31) / 32 * 32);
-  while (stride > 32 && c.batch * ((tiles + stride - 1) / stride) < threads) stride = (stride / 2 + 31) / 32 * 32;
-  return stride;
-}
-
-// The scratch: the f32 GEMM's row offsets into V, then a slot per thread (V,
-// M and the lanes M's last loads may read past it).
+// How a call's tiles go through V and M: in chunks of up to kChunkTiles of
+// all images' tiles (in whole GEMM panels: 32 columns on every target), so
+// images of few tiles still fill the panels (SD's UNet at 8x8 is 16 tiles an
+// image, 32 a call). With a chunk per thread or more, each task a chunk, on
+// its thread's own V and M; with fewer, the chunks one by one, each
+// transform split across threads by channels and the GEMMs by point.
 struct Layout {
-  size_t rows_bytes, v_bytes, m_bytes, slot_bytes;
+  int64_t stride, chunks;  // a chunk's columns, and how many
+  bool by_phase;
+  size_t rows_bytes, v_bytes, m_bytes, slot_bytes, slots;
   Layout(const Conv& c, int threads, bool bf16) {
-    const int64_t stride = chunk_stride(c, threads);
+    const int64_t tiles = c.batch * c.tiles_h() * c.tiles_w();
+    stride = std::min(kChunkTiles, (tiles + 31) / 32 * 32);
+    chunks = (tiles + stride - 1) / stride;
+    by_phase = chunks < threads;
+    // The scratch: the f32 GEMM's row offsets into V, then a slot (V, M and
+    // the lanes M's last loads may read past it) per thread, or one.
     const size_t v_values = size_t(c.points() * (bf16 ? depth_of<kiln::bf16>(c) : c.in_channels) * stride);
     rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
     v_bytes = aligned(v_values * (bf16 ? sizeof(kiln::bf16) : sizeof(float)));
     m_bytes = aligned(size_t(c.points() * c.out_channels * stride + 16) * sizeof(float));
     slot_bytes = v_bytes + m_bytes;
+    slots = by_phase ? 1 : size_t(threads);
   }
 };
 
@@ -365,30 +376,62 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
   char* base = static_cast<char*>(scratch);
   auto* rows = reinterpret_cast<int64_t*>(base);
   char* slots = base + l.rows_bytes;
-  const int64_t stride = chunk_stride(c, threads), tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
-  const int64_t chunks = (tiles + stride - 1) / stride;
+  const int64_t stride = l.stride, tiles = c.tiles_h() * c.tiles_w(), depth = depth_of<T>(c);
   if constexpr (!kBf16<T>)
     for (int64_t ic = 0; ic < c.in_channels; ++ic) rows[ic] = ic * stride;  // V's rows, one per input channel
   const int64_t in_plane = c.in_channels * c.height * c.width, out_plane = c.out_channels * c.out_height * c.out_width;
-  const bool parallel = threads > 1 && c.batch * chunks > 1;
-  parallel_for(c.batch * chunks, parallel, [&](int64_t task) {
-    const int64_t image = task / chunks, first = task % chunks * stride, count = std::min(stride, tiles - first);
-    char* slot = slots + size_t(parallel ? omp_get_thread_num() : 0) * l.slot_bytes;
+  const int64_t channels = kBf16<T> ? depth / 2 : c.in_channels;  // V's rows: channels, or pairs of them
+  // fn(image, part) for each image's part of chunk k, in column order.
+  auto for_each_image = [&](int64_t k, auto&& fn) {
+    const int64_t begin = k * stride, end = std::min(begin + stride, c.batch * tiles);
+    for (int64_t at = begin; at < end;) {
+      const int64_t image = at / tiles, first = at % tiles, count = std::min(tiles - first, end - at);
+      fn(image, Chunk{first, count, at - begin});
+      at += count;
+    }
+  };
+  // Chunk k's input channels [begin, end) into v (in column order: each
+  // image's part zeroes the columns after it).
+  auto transform_inputs = [&](int64_t k, int64_t begin, int64_t end, T* v) {
+    for_each_image(k, [&](int64_t image, const Chunk& part) {
+      if constexpr (kBf16<T>)
+        HWY_DYNAMIC_DISPATCH(InputTransformBf16)(c, part, x + image * in_plane, stride, begin, end,
+                                                 reinterpret_cast<uint32_t*>(v));
+      else
+        HWY_DYNAMIC_DISPATCH(InputTransform)(c, part, x + image * in_plane, stride, begin, end, v);
+    });
+  };
+  auto product = [&](const T* v, float* m, int64_t xi) {
+    const gemm::Product<T> p{c.out_channels, stride, depth, u + xi * c.out_channels * depth, depth,
+                             v + xi * depth * stride, m + xi * c.out_channels * stride, stride,
+                             kBf16<T> ? nullptr : rows};  // bf16 V is packed; f32 V is rows
+    gemm::block(p, {});
+  };
+  auto transform_outputs = [&](int64_t k, const float* m, int64_t begin, int64_t end) {
+    for_each_image(k, [&](int64_t image, const Chunk& part) {
+      HWY_DYNAMIC_DISPATCH(OutputTransform)(c, part, m, stride, begin, end, bias,
+                                            residual ? residual + image * out_plane : nullptr, y + image * out_plane);
+    });
+  };
+  if (l.by_phase) {
+    T* v = reinterpret_cast<T*>(slots);
+    float* m = reinterpret_cast<float*>(slots + l.v_bytes);
+    const bool parallel = threads > 1;
+    for (int64_t k = 0; k < l.chunks; ++k) {
+      parallel_ranges(channels, parallel, [&](int64_t begin, int64_t end) { transform_inputs(k, begin, end, v); });
+      parallel_for(c.points(), parallel, [&](int64_t xi) { product(v, m, xi); });
+      parallel_ranges(c.out_channels, parallel,
+                      [&](int64_t begin, int64_t end) { transform_outputs(k, m, begin, end); });
+    }
+    return;
+  }
+  parallel_for(l.chunks, threads > 1, [&](int64_t k) {
+    char* slot = slots + size_t(threads > 1 ? omp_get_thread_num() : 0) * l.slot_bytes;
     T* v = reinterpret_cast<T*>(slot);
     float* m = reinterpret_cast<float*>(slot + l.v_bytes);
-    const float* image_x = x + image * in_plane;
-    if constexpr (kBf16<T>)
-      HWY_DYNAMIC_DISPATCH(InputTransformBf16)(c, first, count, image_x, stride, reinterpret_cast<uint32_t*>(v));
-    else
-      HWY_DYNAMIC_DISPATCH(InputTransform)(c, first, count, image_x, stride, v);
-    for (int64_t xi = 0; xi < c.points(); ++xi) {
-      const gemm::Product<T> p{c.out_channels, stride, depth, u + xi * c.out_channels * depth, depth,
-                               v + xi * depth * stride, m + xi * c.out_channels * stride, stride,
-                               kBf16<T> ? nullptr : rows};  // bf16 V is packed; f32 V is rows
-      gemm::block(p, {});
-    }
-    HWY_DYNAMIC_DISPATCH(OutputTransform)(c, first, count, m, stride, bias,
-                                          residual ? residual + image * out_plane : nullptr, y + image * out_plane);
+    transform_inputs(k, 0, channels, v);
+    for (int64_t xi = 0; xi < c.points(); ++xi) product(v, m, xi);
+    transform_outputs(k, m, 0, c.out_channels);
   });
 }
 
@@ -396,29 +439,34 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
 
 int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   if (c.in_channels < 32 || c.out_channels < 32) return 0;
-  // kiln_bench_conv, direct against F(2x2, 3x3) with the filters kept: SD's
-  // UNet at 16x16 (batch 2, 128 tiles) 1.65-1.78x as fast, at 8x8 (32 tiles,
-  // half of each 32-column GEMM panel empty) 0.83-0.92x. Transforming the
-  // filters on every call made 256 tiles of 512 channels break even (1.01x).
   Conv two = c, four = c;
   two.tile = 2;
   four.tile = 4;
-  if (two.batch * two.tiles_h() * two.tiles_w() < (filters_kept ? 128 : 512)) return 0;
-  // F(4x4, 3x3) against F(2x2, 3x3), filters kept: SD's VAE decoder (one
-  // image, 64-4096 tiles of 4x4) 1.25-1.72x as fast, its UNet at 32x32 (64
-  // tiles an image) 1.33-1.46x, at 16x16 (16 tiles an image, half a panel)
-  // 0.65-0.73x. Eager, transforming the 2.25x larger U on every call made
-  // the VAE decoder 2-3 % slower than F(2x2, 3x3). In bf16 its error is
-  // 6-7 % of the output's largest value (F(2x2, 3x3): 0.4 %).
-  //
-  // Its kept U is 4x the weight (F(2x2, 3x3)'s 16/9), and the multiplications
-  // each extra byte saves grow with the outputs per call only: so F(4x4,
-  // 3x3) from 2048 outputs (128 tiles) on. Below, the VAE decoder's 512
-  // channels at 32x32 would add 21 MB of U each for 1.2 ms (of 6.1); with
-  // them its peak memory passed ONNX Runtime's (1,099 MB against 947).
-  const int64_t image_tiles = four.tiles_h() * four.tiles_w();
-  if (filters_kept && !bf16 && image_tiles >= 64 && c.batch * image_tiles >= 128) return 4;
-  return 2;
+  const int64_t tiles_2 = c.batch * two.tiles_h() * two.tiles_w(), tiles_4 = c.batch * four.tiles_h() * four.tiles_w();
+  // Time, kiln_bench_conv. Eager: transforming the filters on every call made
+  // 256 tiles of 2x2 and 512 channels break even with the direct conv
+  // (1.01x), and F(4x4, 3x3)'s 2.25x larger U made SD's VAE decoder 2-3 %
+  // slower than F(2x2, 3x3). Filters kept, against direct, F(2x2, 3x3): SD's
+  // UNet at 8x8 (batch 2: 32 tiles, one GEMM panel) 1.51-1.66x as fast, at
+  // 16x16 1.65-1.78x; with 16 tiles or fewer, panels half empty. F(4x4, 3x3)
+  // against F(2x2, 3x3): the VAE decoder (one image, 64-4096 tiles of 4x4)
+  // 1.48-1.72x, the UNet at 32x32 1.33-1.46x, at 16x16 (32 tiles) 1.1-1.23x.
+  if (!filters_kept) return tiles_2 >= 512 ? 2 : 0;
+  if (tiles_2 < 32) return 0;
+  // Memory: a plan keeps U in place of the f32 weight, a^2 values for its 9.
+  // Where U is larger (f32: 16/9 and 4x the weight; bf16 F(2x2, 3x3) is
+  // smaller), each extra byte kept must save at least 32 multiplications a
+  // call (per output, 9 direct, 4 F(2x2, 3x3), 2.25 F(4x4, 3x3)). Set
+  // between the VAE decoder's 512 channels at 32x32 by F(4x4, 3x3) (22 a
+  // byte: with them its peak memory passed ONNX Runtime's, 1,099 MB against
+  // 947) and the UNet's at 32x32 (45); the UNet's 8x8 level in f32 (23 a
+  // byte) would add 358 MB, past ONNX Runtime's too.
+  const double outputs = double(c.batch * c.out_height * c.out_width);
+  auto worth = [&](double extra_bytes, double saved_each_output) {  // a filter's extra bytes
+    return extra_bytes <= 0 || saved_each_output * outputs >= 32 * extra_bytes;
+  };
+  if (!bf16 && tiles_4 >= 32 && worth((36 - 16) * 4, 4 - 2.25)) return 4;  // beyond F(2x2, 3x3)'s U
+  return worth(16 * (bf16 ? 2 : 4) - 9 * 4, 9 - 4) ? 2 : 0;                // beyond the f32 weight
 }
 
 size_t filter_count(const Conv& c, bool bf16) {
@@ -429,7 +477,7 @@ void transform_filters(const Conv& c, const float* w, bf16* u, int threads) { tr
 
 size_t scratch_bytes(const Conv& c, int threads, bool bf16) {
   const Layout l(c, threads, bf16);
-  return l.rows_bytes + size_t(threads) * l.slot_bytes;
+  return l.rows_bytes + l.slots * l.slot_bytes;
 }
 
 void convolve(const Conv& c, const float* x, const float* u, const float* bias, const float* residual, float* y,
