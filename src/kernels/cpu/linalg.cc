@@ -450,22 +450,23 @@ Result<const T*> packed_operand(KernelContext& ctx, size_t index, const float* b
   return static_cast<const T*>(packed);
 }
 
-// Input 0 (f32, `rows` rows of k) rounded to bf16 into scratch for gemm's
-// bf16 products: rows of gemm::bf16_depth(k), an odd k's last column zero.
-Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
+// `rows` rows of k floats rounded to bf16 for gemm's bf16 products (an A
+// operand): rows of gemm::bf16_depth(k), an odd k's last column zero.
+void round_rows_to_bf16(const float* in, int64_t rows, int64_t k, bf16* out) {
   const int64_t depth = gemm::bf16_depth(k);
-  KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(rows * depth) * sizeof(bf16), "a bf16 operand"));
-  bf16* out = static_cast<bf16*>(p);
-  const float* in = ctx.input(0)->as<float>();
-  if (depth == k) {
-    round_to_bf16(in, out, rows * k, true);
-  } else {
-    parallel_for(rows, rows * k >= kParallelMinElements, [&](int64_t i) {
-      round_to_bf16(in + i * k, out + i * depth, k, false);
-      out[i * depth + k] = bf16{0};
-    });
-  }
-  return static_cast<const bf16*>(out);
+  if (depth == k) return round_to_bf16(in, out, rows * k, true);
+  parallel_for(rows, rows * k >= kParallelMinElements, [&](int64_t i) {
+    round_to_bf16(in + i * k, out + i * depth, k, false);
+    out[i * depth + k] = bf16{0};
+  });
+}
+
+// Input 0 (f32, `rows` rows of k) so rounded into scratch.
+Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
+  KILN_ASSIGN_OR_RETURN(void* p,
+                        scratch_bytes(ctx, size_t(rows * gemm::bf16_depth(k)) * sizeof(bf16), "a bf16 operand"));
+  round_rows_to_bf16(ctx.input(0)->as<float>(), rows, k, static_cast<bf16*>(p));
+  return static_cast<const bf16*>(p);
 }
 
 // Y[rows, n] = epilogue(A B) on gemm's bf16 products (where
@@ -674,11 +675,12 @@ struct ConvGeometry final : KernelState {
   // 3x3, stride 1, enough channels and tiles: Winograd's F(m x m, 3x3)
   // (winograd.h), its m here (2 or 4; 0: not Winograd).
   int64_t winograd_tile = 0;
-  // Its products in bf16 (only by Winograd, where gemm::has_bf16_products();
-  // other bf16 convolutions run on oneDNN).
+  // Its products in bf16, on kiln's GEMM (where gemm::has_bf16_products();
+  // elsewhere bf16 convolutions run on oneDNN).
   bool bf16_products = false;
-  // The weight as the conv reads it, made once in a plan: packed as B
-  // (pixels_as_rows) or Winograd's transformed filters, f32 or bf16.
+  // The weight as the conv reads it, made once in a plan (own_conv_weight):
+  // packed as B (pixels_as_rows), Winograd's transformed filters, or rows
+  // rounded to bf16.
   PackedOperand<float> weight;
   PackedOperand<bf16> bf16_weight;
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
@@ -763,46 +765,82 @@ gemm::Epilogue epilogue_at(gemm::Epilogue e, int64_t c0, int64_t y_offset) {
   return e;
 }
 
+// The f32 panels pack_patches wrote for `count` pixels (K x count) packed
+// again for bf16 products (gemm::pack_bf16): panel by panel.
+void panels_to_bf16(const float* panels, int64_t k, int64_t count, bf16* packed) {
+  const int64_t w = gemm::panel_width();
+  for (int64_t q = 0; q < count; q += w, panels += k * w, packed += gemm::packed_bf16_count(k, w))
+    gemm::pack_bf16(panels, w, 1, k, std::min(w, count - q), packed);
+}
+
 // Y[image] = W [OC, K] x patches [K, pixels], in tasks of one image, one
 // chunk of pixels (packed into the thread's scratch) and one group of output
 // channels; the bias (per channel), activation and residual ride along.
+// With bf16 products (g.bf16_products), W is rows of gemm::bf16_depth(K)
+// rounded to bf16 (g.bf16_weight in a plan, else rounded on this call) and
+// the patches are packed again from f32 into bf16 panels.
 Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
   const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
   float* y = ctx.output(0)->as<float>();
-  const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels;
+  const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels, depth = gemm::bf16_depth(k);
   const int64_t chunk = 4 * gemm::panel_width();
   const int64_t chunks = (pixels + chunk - 1) / chunk, pixel_tasks = g.batch * chunks;
   const int64_t threads = thread_slots();
   const ChannelGroups groups(pixel_tasks, oc);  // fewer chunks than threads: the channels split too
   const int64_t channel_groups = groups.count, group_size = groups.size;
   const int64_t chunk_floats = gemm::packed_floats(k, chunk);
-  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, threads * chunk_floats, "input patches"));
+  // Channel groups share their chunk's patches, packed first, split by input
+  // channel (there are fewer chunks than threads); otherwise each task packs
+  // its own.
+  const bool shared = channel_groups > 1;
+  const int64_t buffers = shared ? pixel_tasks : threads;
+  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, buffers * chunk_floats, "input patches"));
+  const bf16* w_bf16 = g.bf16_weight.data;
+  bf16* patches_bf16 = nullptr;
+  const int64_t chunk_bf16 = gemm::packed_bf16_count(k, chunk);
+  if (g.bf16_products) {
+    KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(buffers * chunk_bf16) * sizeof(bf16), "bf16 patches"));
+    patches_bf16 = static_cast<bf16*>(p);
+    if (!w_bf16) {
+      KILN_ASSIGN_OR_RETURN(void* rows, scratch_bytes(ctx, size_t(oc * depth) * sizeof(bf16), "the bf16 weight"));
+      round_rows_to_bf16(w, oc, k, static_cast<bf16*>(rows));
+      w_bf16 = static_cast<const bf16*>(rows);
+    }
+  }
   const gemm::Epilogue epilogue = fused_epilogue(ctx, true);
   auto patches_of = [&](int64_t pixel_task, int64_t c_begin, int64_t c_end, float* packed) {
     const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk;
     pack_patches(g, x + image * g.in_channels * g.height * g.width, p0, std::min(chunk, pixels - p0), c_begin,
                  c_end, packed);
   };
-  // Channel groups share their chunk's patches, packed first, split by input
-  // channel (there are fewer chunks than threads); otherwise each task packs
-  // its own.
-  const bool shared = channel_groups > 1;
-  if (shared)
+  auto count_of = [&](int64_t pixel_task) { return std::min(chunk, pixels - pixel_task % chunks * chunk); };
+  if (shared) {
     for (int64_t t = 0; t < pixel_tasks; ++t)
       parallel_ranges(g.in_channels, true, [&](int64_t c_begin, int64_t c_end) {
         patches_of(t, c_begin, c_end, scratch + t * chunk_floats);
       });
+    if (g.bf16_products)
+      parallel_for(pixel_tasks, true, [&](int64_t t) {
+        panels_to_bf16(scratch + t * chunk_floats, k, count_of(t), patches_bf16 + t * chunk_bf16);
+      });
+  }
   const int64_t work = g.batch * oc * pixels * k;
   parallel_for(pixel_tasks * channel_groups, work > kParallelWork, [&](int64_t task) {
     const int64_t pixel_task = task / channel_groups;
-    const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk;
+    const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk, count = count_of(pixel_task);
     const int64_t c0 = task % channel_groups * group_size, channels = std::min(group_size, oc - c0);
     if (channels <= 0) return;
-    float* packed = scratch + (shared ? pixel_task : omp_get_thread_num()) * chunk_floats;
-    if (!shared) patches_of(pixel_task, 0, g.in_channels, packed);
+    const int64_t buffer = shared ? pixel_task : omp_get_thread_num();
+    float* packed = scratch + buffer * chunk_floats;
     const int64_t y_offset = (image * oc + c0) * pixels + p0;
-    gemm::block({channels, std::min(chunk, pixels - p0), k, w + c0 * k, k, packed, y + y_offset, pixels},
-                epilogue_at(epilogue, c0, y_offset));
+    const gemm::Epilogue e = epilogue_at(epilogue, c0, y_offset);
+    if (!shared) patches_of(pixel_task, 0, g.in_channels, packed);
+    if (!g.bf16_products) return gemm::block({channels, count, k, w + c0 * k, k, packed, y + y_offset, pixels}, e);
+    bf16* packed_bf16 = patches_bf16 + buffer * chunk_bf16;
+    if (!shared) panels_to_bf16(packed, k, count, packed_bf16);
+    gemm::block(gemm::Bf16Problem{channels, count, depth, w_bf16 + c0 * depth, depth, packed_bf16, y + y_offset,
+                                  pixels},
+                e);
   });
   return ok_status();
 }
@@ -832,18 +870,34 @@ Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
   const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
   float* y = ctx.output(0)->as<float>();
   const int64_t k = g.patch(), pixels = g.pixels(), rows = g.batch * pixels, oc = g.out_channels;
-  const float* packed = g.weight.data;
-  if (!packed) {
-    KILN_ASSIGN_OR_RETURN(float* p, scratch_floats(ctx, gemm::packed_floats(k, oc), "the packed weight"));
-    gemm::pack(w, 1, k, k, oc, p);  // B[t, o] = W[o, t]
-    packed = p;
-  }
   KILN_ASSIGN_OR_RETURN(float* patches, scratch_floats(ctx, rows * k, "input patches"));
   KILN_ASSIGN_OR_RETURN(float* product, scratch_floats(ctx, rows * oc, "the product"));
   parallel_for(rows, rows * k > kParallelWork, [&](int64_t row) { gather_patch_row(g, x, row, patches + row * k); });
   gemm::Epilogue e = fused_epilogue(ctx, false);
   const float* residual = std::exchange(e.residual, nullptr);  // shaped like Y, not like the product
-  gemm::multiply({rows, oc, k, patches, k, packed, product, oc}, e, true);
+  // B[t, o] = W[o, t], packed (by the plan, else here)
+  if (g.bf16_products) {
+    const bf16* packed = g.bf16_weight.data;
+    if (!packed) {
+      KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(gemm::packed_bf16_count(k, oc)) * sizeof(bf16),
+                                                   "the packed weight"));
+      gemm::pack_bf16(w, 1, k, k, oc, static_cast<bf16*>(p));
+      packed = static_cast<const bf16*>(p);
+    }
+    const int64_t depth = gemm::bf16_depth(k);
+    KILN_ASSIGN_OR_RETURN(void* a, scratch_bytes(ctx, size_t(rows * depth) * sizeof(bf16), "bf16 patches"));
+    round_rows_to_bf16(patches, rows, k, static_cast<bf16*>(a));
+    gemm::multiply(gemm::Bf16Problem{rows, oc, depth, static_cast<const bf16*>(a), depth, packed, product, oc}, e,
+                   true);
+  } else {
+    const float* packed = g.weight.data;
+    if (!packed) {
+      KILN_ASSIGN_OR_RETURN(float* p, scratch_floats(ctx, gemm::packed_floats(k, oc), "the packed weight"));
+      gemm::pack(w, 1, k, k, oc, p);
+      packed = p;
+    }
+    gemm::multiply({rows, oc, k, patches, k, packed, product, oc}, e, true);
+  }
   parallel_for(g.batch * oc, rows * oc > kParallelWork, [&](int64_t plane) {
     const int64_t image = plane / oc, channel = plane % oc;
     const float* from = product + image * pixels * oc + channel;
@@ -967,6 +1021,22 @@ int64_t winograd_tile(const KernelContext& ctx, const winograd::Conv& c, bool bf
   return winograd::best_tile(c, packs_weight(ctx, 1), bf16);
 }
 
+// A plan step's copy of its constant weight w as its path reads it:
+// Winograd's transformed filters; packed as B (pixels_as_rows); rows
+// rounded to bf16 (bf16 products, else) or none (f32: the weight itself).
+Status own_conv_weight(const KernelContext& ctx, ConvGeometry& g, const float* w) {
+  if (g.winograd_tile)
+    return g.bf16_products ? own_winograd_filters(ctx, g, w, g.bf16_weight) : own_winograd_filters(ctx, g, w, g.weight);
+  const int64_t k = g.patch();
+  if (g.pixels_as_rows)
+    return g.bf16_products ? pack_owned(ctx, g.bf16_weight, 1, w, 1, k, k, g.out_channels)
+                           : pack_owned(ctx, g.weight, 1, w, 1, k, k, g.out_channels);
+  if (!g.bf16_products) return ok_status();
+  KILN_RETURN_IF_ERROR(allocate_owned(ctx, g.bf16_weight, 1, size_t(g.out_channels * gemm::bf16_depth(k))));
+  round_rows_to_bf16(w, g.out_channels, k, g.bf16_weight.data);
+  return ok_status();
+}
+
 Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
   if (g.winograd_tile) return conv_winograd(ctx, g);
   if (g.pixels_as_rows) return conv_pixel_rows(ctx, g);
@@ -982,8 +1052,9 @@ Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
 // not depend on the machine.
 constexpr int64_t kBf16MinOutChannels = 32;
 
-// A convolution computing in bf16 where oneDNN has bf16 products runs on the
-// layouts oneDNN picks: over plain NCHW tensors it falls back to im2col and
+// A convolution computing in bf16 that kiln's GEMM does not take (grouped or
+// 3-D ones, and every one on a CPU without AVX512-BF16) runs on oneDNN, on
+// the layouts it picks: over plain NCHW tensors it falls back to im2col and
 // a GEMM (x64:gemm:jit, 310-370 GFLOP/s on SD's convs here), in its blocked
 // layouts it runs its direct kernels (brgconv, 450-480). Each call reorders
 // (and rounds) the input into the conv's layout and the output back into Y;
@@ -1145,9 +1216,9 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   // channels, f32 (see kBf16MinOutChannels).
   const bool bf16 =
       !transpose && computes_in_bf16(*ctx.node) && out_channels / g >= kBf16MinOutChannels;
-  // kiln's GEMM: f32, or a bf16 conv Winograd may compute on bf16 products.
+  // kiln's GEMM: f32, or bf16 where the CPU has bf16 products.
   const bool winograd_marked = ctx.attrs().get_int("winograd", 0) > 0;
-  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || (winograd_marked && gemm::has_bf16_products()))) {
+  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || gemm::has_bf16_products())) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
     const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
@@ -1161,22 +1232,17 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
       cg.height = cg.out_height = 1;
     }
     cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
-    cg.rows_in_place = !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
-                       cg.out_width % gemm::panel_width() == 0;
+    cg.rows_in_place = !bf16 && !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
+                       cg.out_width % gemm::panel_width() == 0;  // its B rows in place are f32
     if (winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
         cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 && !fused_epilogue(ctx, true).activate)
       cg.winograd_tile = winograd_tile(ctx, winograd_conv(cg), bf16);
     cg.bf16_products = bf16;
-    if (!bf16 || cg.winograd_tile) {  // else a bf16 conv that stays on oneDNN, below
-      if (cg.pixels_as_rows && packs_weight(ctx, 1))
-        KILN_RETURN_IF_ERROR(pack_owned(ctx, cg.weight, 1, w.as<float>(), 1, cg.patch(), cg.patch(), out_channels));
-      if (cg.winograd_tile && packs_weight(ctx, 1))
-        KILN_RETURN_IF_ERROR(bf16 ? own_winograd_filters(ctx, cg, w.as<float>(), cg.bf16_weight)
-                                  : own_winograd_filters(ctx, cg, w.as<float>(), cg.weight));
-      if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
-      *ctx.state = std::move(geometry);
-      return conv_gemm_or_rows(ctx, *geometry_of(ctx));
-    }
+    if (packs_weight(ctx, 1))  // a plan's constant weight, as the path below reads it (conv_gemm_or_rows)
+      KILN_RETURN_IF_ERROR(own_conv_weight(ctx, cg, w.as<float>()));
+    if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
+    *ctx.state = std::move(geometry);
+    return conv_gemm_or_rows(ctx, *geometry_of(ctx));
   }
   const bool windowed = window != y.shape;
   float* dst = y.as<float>();
