@@ -1,11 +1,12 @@
 // One 3x3 convolution (pad 1, stride 1, with bias) at the shapes of SD's VAE
 // decoder and UNet, direct and by Winograd's F(2x2, 3x3) and F(4x4, 3x3)
 // (the conv's winograd attribute 0, 2 and 4), in f32 and, on CPUs with
-// AVX512-BF16, in bf16 (direct: oneDNN's bf16 convolution; Winograd: its
-// GEMMs on bf16 products): each compiled into a plan, runs interleaved so
-// drift on a shared machine hits all alike. Medians; the tile
-// winograd::best_tile picks; and each output's largest difference from the
-// f32 direct one, relative to that output's largest magnitude.
+// AVX512-BF16, in bf16 (on kiln's bf16 GEMM: direct, the input patches
+// packed into bf16 panels; Winograd, the transformed tiles): each compiled
+// into a plan, runs interleaved so drift on a shared machine hits all alike.
+// Medians; the tile winograd::best_tile picks for each; and each output's
+// largest difference from the f32 direct one, relative to that output's
+// largest magnitude.
 //
 //   build/bench/kiln_bench_conv [--iters 7]
 #include <fmt/format.h>
@@ -85,7 +86,7 @@ int run(int argc, char** argv) {
   const int variants = bf16 ? 6 : 3;
   fmt::print("{:<11} {:>18} {:>7} {:>7} {:>7} {:>6} {:>8} {:>8}", "where", "N x IC>OC x HW", "f32", "F2", "F4",
              "picks", "F2 diff", "F4 diff");
-  if (bf16) fmt::print(" {:>7} {:>7} {:>7} {:>8} {:>8}", "bf16", "F2", "F4", "F2 diff", "F4 diff");
+  if (bf16) fmt::print(" {:>7} {:>7} {:>7} {:>6} {:>8} {:>8}", "bf16", "F2", "F4", "picks", "F2 diff", "F4 diff");
   fmt::print("\n");
   for (const Shape4& s : kShapes) {
     std::mt19937 rng(1);
@@ -128,14 +129,17 @@ int run(int argc, char** argv) {
       for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, std::abs(out[0][i] - out[size_t(k)][i]));
       return worst / largest;
     };
-    const int64_t picks = winograd::best_tile(
-        {s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true, false);
+    auto picks = [&](bool in_bf16) {
+      const int64_t tile = winograd::best_tile(
+          {s.batch, s.in_channels, s.size, s.size, s.out_channels, s.size, s.size, 1, 1}, true, in_bf16);
+      return tile ? fmt::format("F{}", tile) : std::string("direct");
+    };
     fmt::print("{:<11} {:>18} {:>7.2f} {:>7.2f} {:>7.2f} {:>6} {:>8.1e} {:>8.1e}", s.where,
                fmt::format("{} x {}>{} x {}", s.batch, s.in_channels, s.out_channels, s.size), median(ms[0]),
-               median(ms[1]), median(ms[2]), picks ? fmt::format("F{}", picks) : "direct", diff(1), diff(2));
+               median(ms[1]), median(ms[2]), picks(false), diff(1), diff(2));
     if (bf16)
-      fmt::print(" {:>7.2f} {:>7.2f} {:>7.2f} {:>8.1e} {:>8.1e}", median(ms[3]), median(ms[4]), median(ms[5]),
-                 diff(4), diff(5));
+      fmt::print(" {:>7.2f} {:>7.2f} {:>7.2f} {:>6} {:>8.1e} {:>8.1e}", median(ms[3]), median(ms[4]), median(ms[5]),
+                 picks(true), diff(4), diff(5));
     fmt::print("\n");
   }
   return 0;
