@@ -234,7 +234,8 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
              "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
              "model (a convolution's as computed directly), over the median. % of peak: of the oneDNN",
              "matmul peak kiln measures on this machine (f32, or bf16 for bf16 runs); above 100 % where",
-             "kiln f32 runs 3x3 convolutions by Winograd's F(2x2, 3x3), 2.25x fewer multiplications.",
+             "kiln runs 3x3 convolutions by Winograd's F(2x2, 3x3) or (f32) F(4x4, 3x3), 2.25x or 4x fewer",
+             "multiplications.",
              "Peak RSS: the process's maximum resident memory.", ""]
     peaks = {}
     for name, results in all_results.items():

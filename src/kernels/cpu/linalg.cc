@@ -875,7 +875,7 @@ Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
   parallel_for(rows, rows * k > kParallelWork, [&](int64_t row) { gather_patch_row(g, x, row, patches + row * k); });
   gemm::Epilogue e = fused_epilogue(ctx, false);
   const float* residual = std::exchange(e.residual, nullptr);  // shaped like Y, not like the product
-  // B[t, o] = W[o, t], packed (by the plan, else here)
+  // B[t, o] = W[o, t], packed: by the plan, else here.
   if (g.bf16_products) {
     const bf16* packed = g.bf16_weight.data;
     if (!packed) {
@@ -971,8 +971,8 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
 }
 
 winograd::Conv winograd_conv(const ConvGeometry& g) {
-  return {g.batch,      g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width,
-          g.pad_h,      g.pad_w,       g.winograd_tile};
+  return {g.batch,      g.in_channels, g.height, g.width, g.out_channels,
+          g.out_height, g.out_width,   g.pad_h,  g.pad_w, g.winograd_tile};
 }
 
 // Winograd's filters from w, into `owner`: a plan step's copy of input 1.
@@ -1022,8 +1022,8 @@ int64_t winograd_tile(const KernelContext& ctx, const winograd::Conv& c, bool bf
 }
 
 // A plan step's copy of its constant weight w as its path reads it:
-// Winograd's transformed filters; packed as B (pixels_as_rows); rows
-// rounded to bf16 (bf16 products, else) or none (f32: the weight itself).
+// Winograd's transformed filters; packed as B (pixels_as_rows); else, for
+// bf16 products, its rows rounded to bf16 (f32 products read w itself).
 Status own_conv_weight(const KernelContext& ctx, ConvGeometry& g, const float* w) {
   if (g.winograd_tile)
     return g.bf16_products ? own_winograd_filters(ctx, g, w, g.bf16_weight) : own_winograd_filters(ctx, g, w, g.weight);

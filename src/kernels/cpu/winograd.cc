@@ -447,10 +447,10 @@ int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   // 256 tiles of 2x2 and 512 channels break even with the direct conv
   // (1.01x), and F(4x4, 3x3)'s 2.25x larger U made SD's VAE decoder 2-3 %
   // slower than F(2x2, 3x3). Filters kept, against direct, F(2x2, 3x3): SD's
-  // UNet at 8x8 (batch 2: 32 tiles, one GEMM panel) 1.51-1.66x as fast, at
-  // 16x16 1.65-1.78x; with 16 tiles or fewer, panels half empty. F(4x4, 3x3)
+  // UNet at 8x8 (batch 2: 32 tiles, one GEMM panel) 1.44-1.69x as fast, at
+  // 16x16 1.67-1.69x; with 16 tiles or fewer, panels half empty. F(4x4, 3x3)
   // against F(2x2, 3x3): the VAE decoder (one image, 64-4096 tiles of 4x4)
-  // 1.48-1.72x, the UNet at 32x32 1.33-1.46x, at 16x16 (32 tiles) 1.1-1.23x.
+  // 1.48-1.69x, the UNet at 32x32 1.33-1.38x, at 16x16 (32 tiles) 1.17-1.20x.
   if (!filters_kept) return tiles_2 >= 512 ? 2 : 0;
   if (tiles_2 < 32) return 0;
   // Memory: a plan keeps U in place of the f32 weight, a^2 values for its 9.

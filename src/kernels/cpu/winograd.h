@@ -13,9 +13,9 @@
 // F(2x2, 3x3)'s transform matrices hold 0, +-1 and +-1/2, so f32 results
 // stay within a few ulps of the direct product's; F(4x4, 3x3)'s (entries up
 // to 8, and 1/24) lose about 4 more bits, so it serves f32 products only
-// (best_tile). The tiles go in chunks of kChunkTiles per task, so V and M
-// are a few MB per thread, not the whole image's a^2 / m^2 times its input
-// and output.
+// (best_tile). The tiles go in chunks of up to kChunkTiles, taken across
+// the batch's images, so V and M are a few MB, not the whole call's a^2 /
+// m^2 times its input and output.
 //
 //   winograd::Conv c{...};
 //   c.tile = winograd::best_tile(c, /*filters_kept=*/false, /*bf16=*/false);
@@ -53,7 +53,9 @@ inline constexpr int64_t kChunkTiles = 128;
 // enough channels for the GEMMs to run at speed, and enough tiles to fill
 // their panels and pay for the transforms; more of them when the filters
 // are transformed on every call (eager), fewer when a plan keeps them
-// transformed. 4 only for f32 products (see above). c.tile is ignored.
+// transformed; and where a kept U is larger than the f32 weight, enough
+// multiplications saved for its extra bytes. 4 only for f32 products (see
+// above). c.tile is ignored.
 int64_t best_tile(const Conv& c, bool filters_kept, bool bf16);
 
 // Values in the transformed filters, U: a^2 x OC x IC; with `bf16`, for
