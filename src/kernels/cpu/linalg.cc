@@ -971,8 +971,8 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
 }
 
 winograd::Conv winograd_conv(const ConvGeometry& g) {
-  return {g.batch,      g.in_channels, g.height, g.width, g.out_channels,
-          g.out_height, g.out_width,   g.pad_h,  g.pad_w, g.winograd_tile};
+  return {g.batch, g.in_channels, g.height, g.width, g.out_channels, g.out_height, g.out_width, g.pad_h, g.pad_w,
+          g.winograd_tile};
 }
 
 // Winograd's filters from w, into `owner`: a plan step's copy of input 1.

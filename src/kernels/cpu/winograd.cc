@@ -23,9 +23,11 @@
 namespace kiln::winograd {
 // A chunk of one image's tiles: [first, first + count) in row-major order
 // over its tiles_h x tiles_w, its tile t at column `column + t` of V and M
-// (which may hold other images' tiles beside it).
+// (which may hold other images' tiles beside it). The input transform of
+// the chunk's `last` part zeroes V's columns after it.
 struct Chunk {
   int64_t first, count, column;
+  bool last;
 };
 }  // namespace kiln::winograd
 #endif
@@ -135,7 +137,7 @@ HWY_INLINE void TransformTiles(const Conv& c, const float* in, int64_t th, int64
 
 // v[xi * in_channels * stride + ic * stride + column + t] = (B^T d B)[xi]
 // for the chunk's tiles t and input channels ic in [begin, end), from image
-// x; columns [column + count, stride) zero.
+// x; for its last part, columns [column + count, stride) zero.
 template <int64_t kM>
 void InputTransformAs(const Conv& c, const Chunk& chunk, const float* x, int64_t stride, int64_t begin,
                       int64_t end, float* v) {
@@ -144,7 +146,7 @@ void InputTransformAs(const Conv& c, const Chunk& chunk, const float* x, int64_t
   HWY_ALIGN float row[4 * kLanes + 4], part[kLanes];
   for (int64_t ic = begin; ic < end; ++ic) {
     float* out = v + ic * stride + chunk.column;
-    for (int64_t xi = 0; xi < points; ++xi)
+    for (int64_t xi = 0; xi < points && chunk.last; ++xi)
       std::fill(out + xi * xi_step + chunk.count, out + xi * xi_step + stride - chunk.column, 0.0f);
     ForEachRun(c, chunk, [&](int64_t th, int64_t tw, int64_t t, int64_t run) {
       V values[(kM + 2) * (kM + 2)];
@@ -181,7 +183,7 @@ void InputTransformBf16As(const Conv& c, const Chunk& chunk, const float* x, int
   const hn::RebindToUnsigned<D> du;
   const int64_t plane = c.height * c.width, pairs = (c.in_channels + 1) / 2, xi_step = pairs * stride;
   auto at = [&](int64_t k) { return k / 32 * pairs * 32 + k % 32; };  // column k's word of pair 0
-  for (int64_t xi = 0; xi < kPoints; ++xi)
+  for (int64_t xi = 0; xi < kPoints && chunk.last; ++xi)
     for (int64_t p = begin; p < end; ++p)
       for (int64_t k = chunk.column + chunk.count; k < stride; ++k) v[xi * xi_step + p * 32 + at(k)] = 0;
   HWY_ALIGN float row[4 * kLanes + 4];
@@ -368,7 +370,7 @@ void transform_filters_as(const Conv& c, const float* w, T* u, int threads) {
   });
 }
 
-// The transforms around a^2 GEMMs in T, a chunk of tiles per task.
+// The transforms around a^2 GEMMs in T, chunk by chunk (Layout).
 template <typename T>
 void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, const float* residual, float* y,
                  void* scratch, int threads) {
@@ -386,12 +388,11 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
     const int64_t begin = k * stride, end = std::min(begin + stride, c.batch * tiles);
     for (int64_t at = begin; at < end;) {
       const int64_t image = at / tiles, first = at % tiles, count = std::min(tiles - first, end - at);
-      fn(image, Chunk{first, count, at - begin});
+      fn(image, Chunk{first, count, at - begin, at + count == end});
       at += count;
     }
   };
-  // Chunk k's input channels [begin, end) into v (in column order: each
-  // image's part zeroes the columns after it).
+  // Chunk k's input channels [begin, end) into v.
   auto transform_inputs = [&](int64_t k, int64_t begin, int64_t end, T* v) {
     for_each_image(k, [&](int64_t image, const Chunk& part) {
       if constexpr (kBf16<T>)
@@ -439,10 +440,9 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
 
 int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   if (c.in_channels < 32 || c.out_channels < 32) return 0;
-  Conv two = c, four = c;
+  Conv two = c;
   two.tile = 2;
-  four.tile = 4;
-  const int64_t tiles_2 = c.batch * two.tiles_h() * two.tiles_w(), tiles_4 = c.batch * four.tiles_h() * four.tiles_w();
+  const int64_t tiles_2 = c.batch * two.tiles_h() * two.tiles_w();
   // Time, kiln_bench_conv. Eager: transforming the filters on every call made
   // 256 tiles of 2x2 and 512 channels break even with the direct conv
   // (1.01x), and F(4x4, 3x3)'s 2.25x larger U made SD's VAE decoder 2-3 %
@@ -465,7 +465,9 @@ int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   auto worth = [&](double extra_bytes, double saved_each_output) {  // a filter's extra bytes
     return extra_bytes <= 0 || saved_each_output * outputs >= 32 * extra_bytes;
   };
-  if (!bf16 && tiles_4 >= 32 && worth((36 - 16) * 4, 4 - 2.25)) return 4;  // beyond F(2x2, 3x3)'s U
+  // (F(4x4, 3x3)'s 1,463 outputs or more are 92 tiles of 4x4 or more: its
+  // panels are full where it passes.)
+  if (!bf16 && worth((36 - 16) * 4, 4 - 2.25)) return 4;  // beyond F(2x2, 3x3)'s U
   return worth(16 * (bf16 ? 2 : 4) - 9 * 4, 9 - 4) ? 2 : 0;                // beyond the f32 weight
 }
 
