@@ -60,6 +60,14 @@ constexpr int64_t kPanel = 2 * kLanes;
 constexpr int kRows = HWY_TARGET <= HWY_AVX3 ? 12 : 6;
 constexpr int64_t kBlockRows = 96, kSliceDepth = 1152;  // see the top of the file
 
+// A tile's share of the next panel's slice, in bytes per row of K, when a
+// block's tiles prefetch it in equal parts (see Pass); one line every
+// kRowsPerLine rows.
+template <typename T>
+constexpr int64_t kNextBytesPerRow = std::max<int64_t>(1, kPanel * int64_t(sizeof(T)) * kRows / kBlockRows);
+template <typename T>
+constexpr int64_t kRowsPerLine = 64 / kNextBytesPerRow<T>;
+
 int64_t PanelWidth() { return kPanel; }
 
 void Pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
@@ -97,30 +105,48 @@ HWY_INLINE void StoreSums(const V* lo, const V* hi, float* c, int64_t ldc) {
   }
 }
 
+// Asks for a cache line of the panel a pass reads next, into L2 (see Pass).
+HWY_INLINE void PrefetchLine(const char* line) { __builtin_prefetch(line, 0, 2); }
+
+// Step t of a tile (below): a[r, t] * b[t, :] added to row r's sums.
+template <int kTileRows, bool kGathered>
+HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
+                     const int64_t* b_rows, int64_t t) {
+  const D d;
+  V b_lo, b_hi;
+  if constexpr (kGathered) {
+    const float* row = b + b_rows[t];
+    b_lo = hn::LoadU(d, row), b_hi = hn::LoadU(d, row + kLanes);
+  } else {
+    b_lo = hn::Load(d, b + t * kPanel), b_hi = hn::Load(d, b + t * kPanel + kLanes);
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    const V ar = hn::Set(d, a[r * lda + t]);
+    lo[r] = hn::MulAdd(ar, b_lo, lo[r]);
+    hi[r] = hn::MulAdd(ar, b_hi, hi[r]);
+  }
+}
+
 // c[r, 0 : kPanel] = (load ? c : 0) + bias + sum over t < depth of
 // a[r, t] * b[t, :] for r < kTileRows. Row t of b is at b + t * kPanel (a
-// packed panel) or, kGathered, at b + b_rows[t].
-template <int kTileRows, bool kGathered>
+// packed panel) or, kGathered, at b + b_rows[t]. kPrefetch, it also
+// prefetches its share of the next panel, from `next` on, a line after each
+// kRowsPerLine steps (see Pass). (A prefetch every step cost bf16 products
+// 4-5 %; a branch on the step, or the prefetch first in the step, made GCC
+// 12 store every sum every step.)
+template <int kTileRows, bool kGathered, bool kPrefetch>
 void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, const int64_t* b_rows,
           int64_t depth, float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias,
-          const float* row_bias) {
-  const D d;
+          const float* row_bias, const char* next) {
+  constexpr int64_t kLine = kPrefetch ? kRowsPerLine<float> : 1;
   V lo[kTileRows], hi[kTileRows];
   StartSums<kTileRows>(lo, hi, c, ldc, load, col_bias, row_bias);
-  for (int64_t t = 0; t < depth; ++t) {
-    V b_lo, b_hi;
-    if constexpr (kGathered) {
-      const float* row = b + b_rows[t];
-      b_lo = hn::LoadU(d, row), b_hi = hn::LoadU(d, row + kLanes);
-    } else {
-      b_lo = hn::Load(d, b + t * kPanel), b_hi = hn::Load(d, b + t * kPanel + kLanes);
-    }
-    for (int r = 0; r < kTileRows; ++r) {
-      const V ar = hn::Set(d, a[r * lda + t]);
-      lo[r] = hn::MulAdd(ar, b_lo, lo[r]);
-      hi[r] = hn::MulAdd(ar, b_hi, hi[r]);
-    }
+  int64_t t = 0;
+  for (; t + kLine <= depth; t += kLine) {
+    for (int64_t u = 0; u < kLine; ++u) Step<kTileRows, kGathered>(lo, hi, a, lda, b, b_rows, t + u);
+    if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
   }
+  for (; t < depth; ++t) Step<kTileRows, kGathered>(lo, hi, a, lda, b, b_rows, t);
   StoreSums<kTileRows>(lo, hi, c, ldc);
 }
 
@@ -134,21 +160,31 @@ void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
 template <int kTileRows>
+HWY_INLINE void StepBf16(V* lo, V* hi, const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b,
+                         int64_t t) {
+  const auto b_lo = (__m512bh)_mm512_loadu_si512(b + t * kPanel);
+  const auto b_hi = (__m512bh)_mm512_loadu_si512(b + t * kPanel + kPanel);
+  for (int r = 0; r < kTileRows; ++r) {
+    int32_t pair;
+    std::memcpy(&pair, a + r * lda + t, sizeof(pair));
+    const auto ar = (__m512bh)_mm512_set1_epi32(pair);
+    lo[r].raw = _mm512_dpbf16_ps(lo[r].raw, ar, b_lo);
+    hi[r].raw = _mm512_dpbf16_ps(hi[r].raw, ar, b_hi);
+  }
+}
+template <int kTileRows, bool kPrefetch>
 void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b, const int64_t*, int64_t depth,
-              float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias) {
+              float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias,
+              const char* next) {
+  constexpr int64_t kLine = kPrefetch ? kRowsPerLine<bf16> : 2;
   V lo[kTileRows], hi[kTileRows];
   StartSums<kTileRows>(lo, hi, c, ldc, load, col_bias, row_bias);
-  for (int64_t t = 0; t < depth; t += 2) {
-    const auto b_lo = (__m512bh)_mm512_loadu_si512(b + t * kPanel);
-    const auto b_hi = (__m512bh)_mm512_loadu_si512(b + t * kPanel + kPanel);
-    for (int r = 0; r < kTileRows; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, a + r * lda + t, sizeof(pair));
-      const auto ar = (__m512bh)_mm512_set1_epi32(pair);
-      lo[r].raw = _mm512_dpbf16_ps(lo[r].raw, ar, b_lo);
-      hi[r].raw = _mm512_dpbf16_ps(hi[r].raw, ar, b_hi);
-    }
+  int64_t t = 0;
+  for (; t + kLine <= depth; t += kLine) {
+    for (int64_t u = 0; u < kLine; u += 2) StepBf16<kTileRows>(lo, hi, a, lda, b, t + u);
+    if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
   }
+  for (; t < depth; t += 2) StepBf16<kTileRows>(lo, hi, a, lda, b, t);
   StoreSums<kTileRows>(lo, hi, c, ldc);
 }
 #pragma GCC pop_options
@@ -156,29 +192,34 @@ void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT 
 
 template <typename T>
 using TileFn = void (*)(const T*, int64_t, const T*, const int64_t*, int64_t, float*, int64_t, bool, const float*,
-                        const float*);
+                        const float*, const char*);
 
-template <bool kGathered, int... kTileRows>
+template <bool kGathered, bool kPrefetch, int... kTileRows>
 constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
-  return std::array<TileFn<float>, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered>...};
+  return std::array<TileFn<float>, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered, kPrefetch>...};
 }
-// [r - 1]: the tile of r rows, for the last rows of C; B packed or gathered.
-constexpr auto kPackedTiles = MakeTiles<false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kGatheredTiles = MakeTiles<true>(std::make_integer_sequence<int, kRows>());
+// [r - 1]: the tile of r rows, for the last rows of C; B packed (prefetching
+// or not) or gathered.
+constexpr auto kPackedTiles = MakeTiles<false, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingTiles = MakeTiles<false, true>(std::make_integer_sequence<int, kRows>());
+constexpr auto kGatheredTiles = MakeTiles<true, false>(std::make_integer_sequence<int, kRows>());
 #if KILN_GEMM_BF16
-template <int... kTileRows>
+template <bool kPrefetch, int... kTileRows>
 constexpr auto MakeBf16Tiles(std::integer_sequence<int, kTileRows...>) {
-  return std::array<TileFn<bf16>, sizeof...(kTileRows)>{&TileBf16<kTileRows + 1>...};
+  return std::array<TileFn<bf16>, sizeof...(kTileRows)>{&TileBf16<kTileRows + 1, kPrefetch>...};
 }
-constexpr auto kBf16Tiles = MakeBf16Tiles(std::make_integer_sequence<int, kRows>());
+constexpr auto kBf16Tiles = MakeBf16Tiles<false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingBf16Tiles = MakeBf16Tiles<true>(std::make_integer_sequence<int, kRows>());
 #endif
 
 // The tile of `rows` rows for p's operands.
-TileFn<float> TileFor(const Problem& p, int64_t rows) {
-  return (p.b_rows ? kGatheredTiles : kPackedTiles)[size_t(rows - 1)];
+TileFn<float> TileFor(const Problem& p, int64_t rows, bool prefetch) {
+  return (p.b_rows ? kGatheredTiles : prefetch ? kPrefetchingTiles : kPackedTiles)[size_t(rows - 1)];
 }
 #if KILN_GEMM_BF16
-TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows) { return kBf16Tiles[size_t(rows - 1)]; }
+TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, bool prefetch) {
+  return (prefetch ? kPrefetchingBf16Tiles : kBf16Tiles)[size_t(rows - 1)];
+}
 #endif
 
 // The activation and residual of rows [0, rows) x columns [0, cols) of c,
@@ -210,15 +251,24 @@ void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e
 
 // Rows [m0, m1) of A over K's slice [t0, t0 + depth), against every panel.
 template <typename T>
-void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_t t0, int64_t depth) {
+void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_t t0, int64_t depth,
+          bool prefetch) {
   HWY_ALIGN float edge[kRows * kPanel];  // a tile cut short by C's last columns
   HWY_ALIGN float edge_bias[kPanel];     // and its bias, padded
   const bool first = t0 == 0;            // the bias goes in with the first slice of products
   const bool load = !first || e.accumulate;
   const bool finish = t0 + depth >= p.k && (e.activate || e.residual);
+  const int64_t width = (p.n + kPanel - 1) / kPanel * kPanel;  // columns of packed B
   for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
     // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
     const T* b = p.packed_b + j0 * p.k + t0 * kPanel;
+    // With `prefetch`, the packed B read after this panel's slice: the next
+    // panel's, else the next slice's first panel, else the panel after these
+    // columns (where multiply() goes next; past the end a prefetch does
+    // nothing). The block's tiles prefetch it in equal shares.
+    const T* next = j0 + kPanel < p.n  ? b + p.k * kPanel
+                    : t0 + depth < p.k ? p.packed_b + (t0 + depth) * kPanel
+                                       : p.packed_b + width * p.k;
     if constexpr (std::is_same_v<T, float>)
       if (p.b_rows) b = p.packed_b + gathered_column(p, j0);
     const int64_t* b_rows = p.b_rows ? p.b_rows + t0 : nullptr;
@@ -231,15 +281,16 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
     }
     for (int64_t i0 = m0; i0 < m1; i0 += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, m1 - i0);
-      const auto tile = TileFor(p, rows);
+      const auto tile = TileFor(p, rows, prefetch);
       const T* a = p.a + i0 * p.lda + t0;
+      const char* share = reinterpret_cast<const char*>(next) + (i0 - m0) / kRows * depth * kNextBytesPerRow<T>;
       const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
       float* c = p.c + i0 * p.ldc + j0;
       if (cols == kPanel) {
-        tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias);
+        tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias, share);
       } else {
         for (int64_t r = 0; r < rows && load; ++r) std::memcpy(edge + r * kPanel, c + r * p.ldc, size_t(cols) * 4);
-        tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias);
+        tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias, share);
         for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
       }
       if (finish) Finish(c, p.ldc, rows, cols, e, e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
@@ -248,7 +299,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
 }
 
 template <typename T>
-void Block(const Product<T>& p, const Epilogue& e) {
+void Block(const Product<T>& p, const Epilogue& e, bool prefetch) {
   if (p.m <= 0 || p.n <= 0) return;
   // K in equal slices of at most kSliceDepth floats' bytes (a K of 1153 is
   // two of 577, not 1152 and 1), bf16 ones of even length.
@@ -258,10 +309,10 @@ void Block(const Product<T>& p, const Epilogue& e) {
       std::max<int64_t>(kSteps, (p.k + slices * kSteps - 1) / (slices * kSteps) * kSteps);
   for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows)
     for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += slice)
-      Pass(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0));
+      Pass(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0), prefetch);
 }
 
-void BlockF32(const Problem& p, const Epilogue& e) { Block(p, e); }
+void BlockF32(const Problem& p, const Epilogue& e, bool prefetch) { Block(p, e, prefetch); }
 
 bool Bf16Products() {
 #if KILN_GEMM_BF16
@@ -271,11 +322,11 @@ bool Bf16Products() {
 #endif
 }
 
-void BlockBf16(const Bf16Problem& p, const Epilogue& e) {
+void BlockBf16(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
 #if KILN_GEMM_BF16
-  Block(p, e);
+  Block(p, e, prefetch);
 #else
-  (void)p, (void)e;
+  (void)p, (void)e, (void)prefetch;
   HWY_ABORT("bf16 products on a CPU without them (see gemm::has_bf16_products)");
 #endif
 }
@@ -334,13 +385,27 @@ void pack_bf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k
   HWY_DYNAMIC_DISPATCH(PackBf16)(b, row_stride, col_stride, k, n, packed, scale);
 }
 
-void block(const Problem& p, const Epilogue& e) { HWY_DYNAMIC_DISPATCH(BlockF32)(p, e); }
-void block(const Bf16Problem& p, const Epilogue& e) {
-  assert(p.k % 2 == 0 && !p.b_rows);
-  HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e);
+namespace {
+
+// Whether the tiles prefetch B's next panel into L2 as they go (see Pass):
+// where packed B is larger than a core's L2, so that its panels come from
+// L3 or DRAM each time a block of A's rows passes over them. Prefetched by
+// the first tile of a block alone, a panel from DRAM held DiT's MLP products
+// (2048 x 4608 x 1152) 10 % behind oneDNN's; a B that fits L2 stays there,
+// and prefetching it cost bf16 products 4-5 % (512 x 384 x 384).
+template <typename T>
+bool prefetches_b(const Product<T>& p) {
+  constexpr int64_t kL2Bytes = int64_t(1) << 20;
+  return !p.b_rows && p.k * int64_t(sizeof(T)) * packed_floats(1, p.n) > kL2Bytes;
 }
 
-namespace {
+void run_block(const Problem& p, const Epilogue& e, bool prefetch) {
+  HWY_DYNAMIC_DISPATCH(BlockF32)(p, e, prefetch);
+}
+void run_block(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
+  assert(p.k % 2 == 0 && !p.b_rows);
+  HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e, prefetch);
+}
 
 template <typename T>
 void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel) {
@@ -353,6 +418,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
   // tiles statically instead left whole tiles to one thread: 256 x 320 x 320
   // ran at 72 % of oneDNN's speed on 2 threads, 97 % on one.)
   assert(p.b_segment == 0);  // see gemm.h
+  const bool prefetch = prefetches_b(p);  // decided on the whole of B, not a thread's tiles
   constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4;
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18);
@@ -381,13 +447,15 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
         Epilogue f = e;
         if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
         if (e.residual) f.residual += i0 * p.ldc + j0;
-        block(q, f);
+        run_block(q, f, prefetch);
       }
   });
 }
 
 }  // namespace
 
+void block(const Problem& p, const Epilogue& e) { run_block(p, e, prefetches_b(p)); }
+void block(const Bf16Problem& p, const Epilogue& e) { run_block(p, e, prefetches_b(p)); }
 void multiply(const Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 
