@@ -60,6 +60,9 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // On kiln's bf16 GEMM: rows past a 96-row block and not a whole tile,
       // an odd K past one 2304-deep slice, columns past a panel.
       {"Linear past a block and a slice", OpKind::kLinear, a({}), {x({2, 101, 2501}), x({2501, 45}), f32({45})}},
+      // A weight past 1 MiB packed, whose tiles prefetch the next panel:
+      // K not a whole number of prefetched lines (1030 = 128 x 8 + 6).
+      {"Linear, weight past L2 (prefetched panels)", OpKind::kLinear, a({}), {x({100, 1030}), x({1030, 520}), f32({520})}},
       // Convs with at least 32 output channels per group (fewer run in f32).
       {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({40, 16, 3, 3}), f32({40})}},
       {"Conv stride 2 no bias", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}),

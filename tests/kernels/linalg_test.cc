@@ -214,6 +214,10 @@ TEST(Linalg, DiffusionShapes) {
       // first) past one K slice of the GEMM (16384).
       {"past one K slice", OpKind::kMatMul, {}, {f32({2, 5, 16500}), f32({16500, 40})}, 1, kConvTolerance},
       {"ragged, deep", OpKind::kMatMul, {}, {f32({3, 37, 600}), f32({600, 70})}, 1, kConvTolerance},
+      // B past 1 MiB packed, whose next panel the tiles prefetch: rows past
+      // two 96-row blocks, K not a whole number of prefetched lines, a ragged
+      // last panel.
+      {"wide weight, prefetched panels", OpKind::kMatMul, {}, {f32({200, 1030}), f32({1030, 300})}, 1, kConvTolerance},
       {"ragged, deep, batched", OpKind::kMatMul, {}, {f32({3, 13, 300}), f32({3, 300, 21})}, 1, kConvTolerance},
       {"ragged, deep gemm", OpKind::kGemm, attrs({{"transA", i(1)}, {"transB", i(1)}, {"alpha", 0.5f}, {"beta", 2.0f}}),
        {f32({300, 13}), f32({70, 300}), f32({70})}, 1, kConvTolerance},
