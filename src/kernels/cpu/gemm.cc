@@ -20,6 +20,13 @@
 // 256 rows, sized to keep a panel's slice in L1, were 4-9 % slower end to end
 // on a Zen 4 core (1 MiB L2) than whole-K passes; 768 and 2304 rows measured
 // the same as 1152 on a Zen 5.
+// A B larger than L2 (a DiT's MLP weight, 21 MB) comes from DRAM each time
+// a block passes over it, and the block's first tile used to wait for each
+// panel alone: its tiles now prefetch the next panel into L2 in equal shares,
+// a line every few steps. kiln_bench_gemm, kiln over oneDNN, in alternated
+// runs of the binaries before and after (2 threads, a noisy Zen 5): f32
+// 2048 x 4608 x 1152 0.79-0.94 -> 0.94-0.96, 2048 x 1152 x 4608 0.67-0.78 ->
+// 0.83-0.94; bf16 0.83-1.07 -> 0.90-1.11 and 0.74-0.88 -> 0.95-1.10.
 //
 // bf16 products (TileBf16, AVX-512 targets with AVX512-BF16) use the same
 // blocks and tiles, two of K's rows a step, and slices of as many bytes. In
