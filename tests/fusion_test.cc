@@ -292,6 +292,33 @@ TEST(Fusion, LinearWithActivationAndResidual) {
   }
 }
 
+// x + gate * Linear(h), DiT's adaLN-Zero gate: [B, 1, N] (or [N]) is taken
+// into kiln.Linear; a Mul by a full-size tensor is not a gate.
+TEST(Fusion, LinearWithGate) {
+  enum class Gate { kPerBatch, kForAll, kFullSize };
+  auto build = [](Builder& b, Gate gate, bool residual) {
+    Value* x = b.input("x", {2, 16, 12});
+    std::vector<float> w(12 * 7), bias(7);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 11) - 5) * 0.1f;
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.3f * float(i) - 1;
+    Value* y = b.node(OpKind::kAdd, {b.node(OpKind::kMatMul, {x, b.constant({12, 7}, w)}), b.constant({7}, bias)});
+    const Shape gate_shape = gate == Gate::kPerBatch ? Shape{2, 1, 7} : gate == Gate::kForAll ? Shape{7} : Shape{2, 16, 7};
+    y = b.node(OpKind::kMul, {b.input("gate", gate_shape), y});
+    if (residual) y = b.node(OpKind::kAdd, {b.input("r", {2, 16, 7}), y});
+    b.g.mark_output(y);
+  };
+  for (bool residual : {false, true}) {
+    for (Gate gate : {Gate::kPerBatch, Gate::kForAll}) {
+      auto counts = fuse_and_compare([&](Builder& b) { build(b, gate, residual); }, "fuse_linear", 1);
+      EXPECT_EQ(counts, (std::map<OpKind, int>{{OpKind::kLinear, 1}})) << residual;
+    }
+    auto counts = fuse_and_compare([&](Builder& b) { build(b, Gate::kFullSize, residual); }, "fuse_linear", 1);
+    std::map<OpKind, int> want = {{OpKind::kLinear, 1}, {OpKind::kMul, 1}};
+    if (residual) want[OpKind::kAdd] = 1;
+    EXPECT_EQ(counts, want) << residual;
+  }
+}
+
 TEST(Fusion, ConvWithActivation) {
   auto counts = fuse_and_compare(
       [](Builder& b) {
@@ -320,19 +347,19 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
       {"text_encoder",  // 2 layers: QuickGELU MLPs, causal attention; 2 x 2 + final LayerNorm
        {{{"batch", 2}, {"sequence", 16}},
         {{"fuse_layer_norm", 5}, {"fuse_adaln", 0}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
-         {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_residual", 4}}}},
-      {"dit",  // 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the timestep/adaLN MLPs
+         {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 4}}}},
+      {"dit",  // 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the timestep/adaLN MLPs; 4 x 2 gated residuals
        {{{"batch", 2}},
         {{"fuse_layer_norm", 9}, {"fuse_adaln", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
-         {"fuse_linear", 25}, {"fuse_linear_activation", 4}}}},
+         {"fuse_linear", 25}, {"fuse_linear_activation", 4}, {"fuse_linear_gate", 8}, {"fuse_linear_residual", 8}}}},
       {"dit_tiny",
        {{{"batch", 2}},
         {{"fuse_layer_norm", 13}, {"fuse_adaln", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
-         {"fuse_linear", 37}, {"fuse_linear_activation", 6}}}},
+         {"fuse_linear", 37}, {"fuse_linear_activation", 6}, {"fuse_linear_gate", 12}, {"fuse_linear_residual", 12}}}},
       {"unet",  // 7 transformer blocks (self + cross attention, GEGLU); 24 GroupNorms, 17 followed by SiLU
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},
         {{"fuse_layer_norm", 21}, {"fuse_gelu", 7}, {"fuse_attention", 14}, {"fuse_silu", 19},
-         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_residual", 21},
+         {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 21},
          {"fuse_conv", 0}, {"fuse_geglu", 7}}}},
       {"vae_decoder",  // 14 GroupNorms, 13 followed by SiLU; one mid-block attention
        {{{"batch", 1}, {"height", 8}, {"width", 8}},

@@ -1,7 +1,10 @@
 // Linear fusion: MatMul by a constant [K, N] weight, Add of a constant [N]
-// bias, then optionally an activation and a residual Add (match.h's
-// Epilogue), become one kiln.Linear: one GEMM (kernels/cpu/gemm.h) that
-// starts each tile from the bias and applies the rest while it is in cache.
+// bias, then optionally an activation, a Mul by a gate and a residual Add
+// (match.h's Epilogue), become one kiln.Linear: one GEMM (kernels/cpu/gemm.h)
+// that starts each tile from the bias and applies the rest while it is in
+// cache. The gate is DiT's adaLN-Zero: x + gate * Linear(h) ends each of a
+// DiT block's halves, and unfused its Mul and Add each passed over the
+// block's whole activations.
 #include "passes/match.h"
 #include "passes/pass.h"
 
@@ -28,7 +31,7 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     order[n.get()] = order.size();
     if (n->op == OpKind::kMatMul) matmuls.push_back(n.get());
   }
-  int64_t fused = 0, activations = 0, residuals = 0;
+  int64_t fused = 0, activations = 0, gates = 0, residuals = 0;
   for (Node* mm : matmuls) {
     Value *a = mm->inputs[0], *w = mm->inputs[1], *product = mm->outputs[0];
     const std::optional<Shape> as = static_shape(a), ys = static_shape(product);
@@ -39,7 +42,7 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     Node* add = product->users[0];
     Value* bias = add->op == OpKind::kAdd ? bias_operand(*add, product, n) : nullptr;
     if (!bias || static_shape(add->outputs[0]) != ys) continue;
-    const Epilogue e = match_epilogue(add->outputs[0], mm, order);
+    const Epilogue e = match_epilogue(add->outputs[0], mm, order, true);
     Value* out = e.out;
     std::vector<Node*> pattern = {mm, add};
     pattern.insert(pattern.end(), e.nodes.begin(), e.nodes.end());
@@ -48,6 +51,7 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     Attributes attrs;
     set_epilogue(e, attrs, inputs);
     activations += e.activation != "none";
+    gates += e.gate != nullptr;
     residuals += e.residual != nullptr;
     const std::string name = mm->name + "_linear";
     const size_t position = order[pattern.back()];  // where its output was computed
@@ -56,7 +60,10 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     ++fused;
   }
   return finish_fusion(graph, stats,
-                       {{"fuse_linear", fused}, {"fuse_linear_activation", activations}, {"fuse_linear_residual", residuals}});
+                       {{"fuse_linear", fused},
+                        {"fuse_linear_activation", activations},
+                        {"fuse_linear_gate", gates},
+                        {"fuse_linear_residual", residuals}});
 }
 
 }  // namespace kiln

@@ -130,9 +130,23 @@ std::optional<std::pair<std::string, float>> activation_of(const Node& n) {
   return std::pair{std::string(form == "tanh" ? "gelu_tanh" : "gelu"), 0.0f};
 }
 
+// Whether `gate` (static shape) scales `out`'s rows in runs kiln.Linear
+// takes: [N], or [B or 1, 1, ..., 1, N] against [B, ..., N] with at least
+// 16 rows a run (each run is a GEMM of its own).
+bool is_gate(const Value* gate, const Value* out) {
+  const std::optional<Shape> g = static_shape(gate), y = static_shape(out);
+  if (!g || !y || gate->dtype != DType::kF32 || g->empty() || y->empty() || g->back() != y->back()) return false;
+  if (g->size() == 1) return true;
+  if (g->size() != y->size() || ((*g)[0] != 1 && (*g)[0] != (*y)[0])) return false;
+  for (size_t d = 1; d + 1 < g->size(); ++d)
+    if ((*g)[d] != 1) return false;
+  const int64_t n = y->back(), rows = n ? shape_numel(*y) / n : 0;
+  return (*g)[0] == 1 || rows / (*y)[0] >= 16;
+}
+
 }  // namespace
 
-Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position) {
+Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position, bool gates) {
   Epilogue e;
   e.out = from;
   if (used_once(e.out))
@@ -141,16 +155,28 @@ Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Nod
       e.nodes.push_back(e.out->users[0]);
       e.out = e.out->users[0]->outputs[0];
     }
-  if (!used_once(e.out) || e.out->users[0]->op != OpKind::kAdd) return e;
-  Node* add = e.out->users[0];
-  Value* other = add->inputs[0] == e.out ? add->inputs[1] : add->inputs[0];
   const auto at = [&](const Node* n) { auto it = position.find(n); return it == position.end() ? SIZE_MAX : it->second; };
-  const bool earlier = !other->producer || at(other->producer) < at(first);
-  if (other != e.out && other->dtype == e.out->dtype && static_shape(other) && static_shape(other) == static_shape(e.out) &&
-      earlier) {
-    e.residual = other;
-    e.nodes.push_back(add);
-    e.out = add->outputs[0];
+  // The other operand of e.out's only user, if that is a binary `op` of e.out
+  // and a value computed before `first`.
+  const auto operand_of_next = [&](OpKind op) -> Value* {
+    if (!used_once(e.out) || e.out->users[0]->op != op) return nullptr;
+    const Node* n = e.out->users[0];
+    Value* other = n->inputs[0] == e.out ? n->inputs[1] : n->inputs[0];
+    const bool earlier = !other->producer || at(other->producer) < at(first);
+    return other != e.out && other->dtype == e.out->dtype && static_shape(n->outputs[0]) == static_shape(e.out) &&
+                   earlier
+               ? other
+               : nullptr;
+  };
+  if (Value* gate = gates ? operand_of_next(OpKind::kMul) : nullptr; gate && is_gate(gate, e.out)) {
+    e.gate = gate;
+    e.nodes.push_back(e.out->users[0]);
+    e.out = e.out->users[0]->outputs[0];
+  }
+  if (Value* residual = operand_of_next(OpKind::kAdd); residual && static_shape(residual) && static_shape(residual) == static_shape(e.out)) {
+    e.residual = residual;
+    e.nodes.push_back(e.out->users[0]);
+    e.out = e.out->users[0]->outputs[0];
   }
   return e;
 }
@@ -158,7 +184,8 @@ Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Nod
 void set_epilogue(const Epilogue& e, Attributes& attrs, std::vector<Value*>& inputs) {
   attrs.set("activation", e.activation);
   if (e.activation == "swish") attrs.set("alpha", e.alpha);
-  if (e.residual) inputs.push_back(e.residual);
+  if (e.residual || e.gate) inputs.push_back(e.residual);  // input 3, absent (null) for a gate alone
+  if (e.gate) inputs.push_back(e.gate);
 }
 
 Status finish_fusion(Graph& graph, PassStats* stats, std::initializer_list<std::pair<const char*, int64_t>> counts) {

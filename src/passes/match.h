@@ -67,19 +67,25 @@ struct Match {
 bool match(Value* root, const Pattern& pattern, Match& m);
 
 // What can ride along inside one GEMM or convolution after it: an
-// activation (kiln.Gelu, kiln.Silu, Relu), then a residual Add.
+// activation (kiln.Gelu, kiln.Silu, Relu), then (kiln.Linear only) a Mul by
+// a gate, then a residual Add.
 struct Epilogue {
   std::string activation = "none";  // kiln.Linear / kiln.Conv's attribute
   float alpha = 0;                   // swish's x sigmoid(alpha x)
+  Value* gate = nullptr;             // kiln.Linear's input 4 (see match_epilogue)
   Value* residual = nullptr;
   std::vector<Node*> nodes;  // the nodes it replaces
   Value* out = nullptr;      // what the last of them writes (`from` when none)
 };
-// The epilogue after `from`. A residual must be computed before `first` in
-// the graph's original order (`position`: node -> index, which the caller
-// keeps up to date for nodes it adds), so it cannot depend on the fusion.
-Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position);
-// Activation and residual attributes/inputs for an epilogue.
+// The epilogue after `from`. A gate and a residual must be computed before
+// `first` in the graph's original order (`position`: node -> index, which
+// the caller keeps up to date for nodes it adds), so they cannot depend on
+// the fusion. With `gates`, a Mul by a value that holds one row for each
+// batch entry's rows (DiT's adaLN-Zero gate, [B, 1, N] against [B, T, N];
+// or [N]) is taken as a gate: x + gate * Linear(h) is then one kiln.Linear.
+Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Node*, size_t>& position,
+                        bool gates = false);
+// Activation, gate and residual attributes/inputs for an epilogue.
 void set_epilogue(const Epilogue& e, Attributes& attrs, std::vector<Value*>& inputs);
 
 // The end of every fusion pass: drops the removed nodes, restores

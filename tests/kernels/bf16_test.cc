@@ -63,6 +63,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // A weight past 1 MiB packed, whose tiles prefetch the next panel:
       // K not a whole number of prefetched lines (1030 = 128 x 8 + 6).
       {"Linear, weight past L2 (prefetched panels)", OpKind::kLinear, a({}), {x({100, 1030}), x({1030, 520}), f32({520})}},
+      {"Linear gated (DiT's adaLN-Zero) + residual", OpKind::kLinear, a({}),
+       {x({2, 24, 40}), x({40, 36}), f32({36}), f32({2, 24, 36}), f32({2, 1, 36})}},
       // Convs with at least 32 output channels per group (fewer run in f32).
       {"Conv 3x3 pad 1", OpKind::kConv, conv3, {x({2, 16, 12, 12}), x({40, 16, 3, 3}), f32({40})}},
       {"Conv stride 2 no bias", OpKind::kConv, a({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}),

@@ -151,6 +151,16 @@ TEST(Fused, Linear) {
   // once, after the last slice's products, not after each.
   check_op_both({"past one K slice", OpKind::kLinear, attrs({{"activation", std::string("gelu_tanh")}}),
                  {f32({3, 16500}), f32({16500, 40}), f32({40}), f32({3, 40})}, 1, 1e-4});
+  // DiT's adaLN-Zero gate (input 4): one row of N for each batch entry's
+  // rows, or one for every row; with or without a residual; then runs past
+  // a 96-row block with a weight whose panels are prefetched (> 1 MiB).
+  check_op_both({"gate per batch entry, residual", OpKind::kLinear, attrs({{"activation", std::string("none")}}),
+                 {f32({2, 40, 33}), f32({33, 50}), f32({50}), f32({2, 40, 50}), f32({2, 1, 50})}});
+  check_op_both({"gate for all rows, gelu_tanh, no residual", OpKind::kLinear,
+                 attrs({{"activation", std::string("gelu_tanh")}}),
+                 {f32({3, 17, 64}), f32({64, 48}), f32({48}), absent(), f32({48})}});
+  check_op_both({"gate per batch entry, threaded, prefetched", OpKind::kLinear, attrs({{"activation", std::string("none")}}),
+                 {f32({2, 150, 300}), f32({300, 1000}), f32({1000}), f32({2, 150, 1000}), f32({2, 1, 1000})}, 1, 1e-4});
 }
 
 }  // namespace

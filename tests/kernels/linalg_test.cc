@@ -322,6 +322,16 @@ TEST(Linalg, InferenceRejectsInvalidNodes) {
   EXPECT_FALSE(infer(OpKind::kConvTranspose, {SymShape{1, 3, 5, 5}, SymShape{2, 2, 3, 3}}).status.ok());
   EXPECT_FALSE(infer(OpKind::kConvTranspose, {SymShape{1, 2, 5, 5}, SymShape{2, 2, 3, 3}},
                      attrs({{"auto_pad", s("BOGUS")}})).status.ok());
+  // kiln.Linear's gate: one row of N per batch entry ([2, 1, 7]) or for all ([7]).
+  auto linear = [](SymShape gate) {
+    return infer(OpKind::kLinear, {SymShape{2, 16, 12}, SymShape{12, 7}, SymShape{7}, SymShape{2, 16, 7}, gate});
+  };
+  EXPECT_TRUE(linear(SymShape{2, 1, 7}).status.ok());
+  EXPECT_TRUE(linear(SymShape{7}).status.ok());
+  EXPECT_FALSE(linear(SymShape{2, 16, 7}).status.ok());  // a full-size tensor
+  EXPECT_FALSE(linear(SymShape{3, 1, 7}).status.ok());   // batch
+  EXPECT_FALSE(linear(SymShape{2, 1, 8}).status.ok());   // N
+  EXPECT_FALSE(linear(SymShape{1, 7}).status.ok());      // rank
   auto einsum = [](const char* eq, std::vector<std::optional<SymShape>> in) {
     return infer(OpKind::kEinsum, std::move(in), attrs({{"equation", s(eq)}}));
   };

@@ -427,7 +427,29 @@ Status check_epilogue(InferContext& ctx) {
 
 }  // namespace
 
-// kiln.Linear: A [..., K], W [K, N], bias [N], residual shaped like Y [..., N].
+namespace {
+
+// kiln.Linear's gate (input 4): [N] for every row of Y, or [B or 1, 1, ...,
+// 1, N] against Y [B, ..., N]: one row of N for each batch entry's rows.
+Status check_gate(InferContext& ctx) {
+  if (!ctx.has_input(4) || !ctx.input(4).shape || !ctx.output(0).shape) return ok_status();
+  const SymShape &g = *ctx.input(4).shape, &out = *ctx.output(0).shape;
+  auto is = [](const Dim& d, const Dim& want) { return !d.known() || !want.known() || d == want; };
+  bool ok = !g.empty() && !out.empty() && is(g.back(), out.back()) && (g.size() == 1 || g.size() == out.size());
+  if (ok && g.size() > 1) {
+    ok = is(g[0], out[0]) || g[0].value == 1;
+    for (size_t d = 1; ok && d + 1 < g.size(); ++d) ok = g[d].value == 1;
+  }
+  if (!ok)
+    return ctx.error("gate must be [N] or [B or 1, 1, ..., 1, N] against the output's {}, got {}",
+                     sym_shape_to_string(out), sym_shape_to_string(g));
+  return ok_status();
+}
+
+}  // namespace
+
+// kiln.Linear: A [..., K], W [K, N], bias [N], residual shaped like Y [..., N],
+// gate (see check_gate).
 Status infer_Linear(InferContext& ctx) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
@@ -443,7 +465,8 @@ Status infer_Linear(InferContext& ctx) {
   SymShape out(a->begin(), a->end() - 1);
   out.push_back((*w)[1]);
   set_output(ctx, 0, DType::kF32, std::move(out));
-  return check_epilogue(ctx);
+  KILN_RETURN_IF_ERROR(check_epilogue(ctx));
+  return check_gate(ctx);
 }
 
 // kiln.Conv: Conv's inputs and attributes, then the epilogue.

@@ -229,14 +229,16 @@ TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, bool prefetch) {
 }
 #endif
 
-// The activation and residual of rows [0, rows) x columns [0, cols) of c,
-// run on each tile as soon as its last products are stored, while it is in
-// L1 (the bias went in with the first products). `residual` is the tile's
-// corner of the residual, shaped and strided like c.
+// The activation, scale and residual of rows [0, rows) x columns [0, cols)
+// of c, run on each tile as soon as its last products are stored, while it
+// is in L1 (the bias went in with the first products). `scale` and
+// `residual` are the tile's columns of the scale and its corner of the
+// residual (shaped and strided like c), either may be null.
 struct Identity {
   HWY_INLINE V operator()(D, V x) const { return x; }
 };
-void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e, const float* residual) {
+void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e, const float* scale,
+            const float* residual) {
   auto finish = [&](const auto& activation) {
     const D d;
     for (int64_t r = 0; r < rows; ++r) {
@@ -244,12 +246,16 @@ void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e
       const float* add = residual ? residual + r * ldc : nullptr;
       int64_t j = 0;
       for (; j + kLanes <= cols; j += kLanes) {
-        const V y = activation(d, hn::LoadU(d, row + j));
+        V y = activation(d, hn::LoadU(d, row + j));
+        if (scale) y = hn::Mul(y, hn::LoadU(d, scale + j));
         hn::StoreU(add ? hn::Add(y, hn::LoadU(d, add + j)) : y, d, row + j);
       }
       if (j == cols) continue;
       simd::HWY_NAMESPACE::unary_loop(row + j, row + j, size_t(cols - j), activation);
-      for (; add && j < cols; ++j) row[j] += add[j];
+      for (; j < cols; ++j) {
+        if (scale) row[j] *= scale[j];
+        if (add) row[j] += add[j];
+      }
     }
   };
   if (e.activate) simd::HWY_NAMESPACE::visit_unary(e.activation, e.params, finish);
@@ -264,7 +270,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
   HWY_ALIGN float edge_bias[kPanel];     // and its bias, padded
   const bool first = t0 == 0;            // the bias goes in with the first slice of products
   const bool load = !first || e.accumulate;
-  const bool finish = t0 + depth >= p.k && (e.activate || e.residual);
+  const bool finish = t0 + depth >= p.k && (e.activate || e.scale || e.residual);
   const int64_t width = (p.n + kPanel - 1) / kPanel * kPanel;  // columns of packed B
   for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
     // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
@@ -300,7 +306,9 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
         tile(a, p.lda, b, b_rows, depth, edge, kPanel, load, col_bias, row_bias, share);
         for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
       }
-      if (finish) Finish(c, p.ldc, rows, cols, e, e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
+      if (finish)
+        Finish(c, p.ldc, rows, cols, e, e.scale ? e.scale + j0 : nullptr,
+               e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
     }
   }
 }
@@ -453,6 +461,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
         q.c += i0 * p.ldc + j0;
         Epilogue f = e;
         if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
+        if (e.scale) f.scale += j0;
         if (e.residual) f.residual += i0 * p.ldc + j0;
         run_block(q, f, prefetch);
       }

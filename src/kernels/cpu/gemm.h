@@ -55,8 +55,8 @@ void pack_bf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k
                float scale = 1.0f);
 
 // What happens to each output after the products are summed, in this order:
-// C's prior contents added, the bias added, the activation, the residual
-// (shaped and strided like C) added.
+// C's prior contents added, the bias added, the activation, times the
+// column's scale, the residual (shaped and strided like C) added.
 struct Epilogue {
   bool accumulate = false;
   const float* bias = nullptr;
@@ -64,6 +64,7 @@ struct Epilogue {
   bool activate = false;
   simd::UnaryF32 activation = simd::UnaryF32::kRelu;
   simd::UnaryF32Params params;
+  const float* scale = nullptr;  // scale[j] (a DiT block's gate)
   const float* residual = nullptr;
 };
 

@@ -469,6 +469,24 @@ Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
   return static_cast<const bf16*>(p);
 }
 
+// kiln.Linear's gate (input 4; DiT's adaLN-Zero gate) is one row of N for
+// each of its `groups` equal runs of Y's rows (a batch entry's tokens):
+// fn(first row, rows, e with that run's gate row as its column scale and
+// its rows of the residual) for each run; one run of every row without a
+// gate.
+template <class Fn>
+void by_gate_runs(const KernelContext& ctx, int64_t rows, int64_t n, const gemm::Epilogue& e, const Fn& fn) {
+  const TensorView* gate = ctx.input(4);
+  const int64_t groups = gate && n ? gate->numel() / n : 1;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = rows * g / groups;
+    gemm::Epilogue f = e;
+    if (gate) f.scale = gate->as<float>() + g * n;
+    if (f.residual) f.residual += r0 * n;
+    fn(r0, rows * (g + 1) / groups - r0, f);
+  }
+}
+
 // Y[rows, n] = epilogue(A B) on gemm's bf16 products (where
 // gemm::has_bf16_products()): A is input 0 (rows of k) rounded by
 // bf16_rows; B is input 1 (element (t, j) at
@@ -480,7 +498,28 @@ Status multiply_bf16(KernelContext& ctx, int64_t rows, int64_t n, int64_t k, int
                         packed_operand<bf16>(ctx, 1, ctx.input(1)->as<float>(), row_stride, col_stride, k, n));
   KILN_ASSIGN_OR_RETURN(const bf16* a, bf16_rows(ctx, rows, k));
   const int64_t depth = gemm::bf16_depth(k);
-  gemm::multiply(gemm::Bf16Problem{rows, n, depth, a, depth, packed, ctx.output(0)->as<float>(), n}, e, true);
+  float* y = ctx.output(0)->as<float>();
+  by_gate_runs(ctx, rows, n, e, [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
+    gemm::multiply(gemm::Bf16Problem{count, n, depth, a + r0 * depth, depth, packed, y + r0 * n, n}, f, true);
+  });
+  return ok_status();
+}
+
+// Where oneDNN ran kiln.Linear's product (its post-ops have no gate that
+// changes from one run of rows to the next): Y = Y * gate + residual after.
+Status apply_gate(KernelContext& ctx) {
+  if (!ctx.input(4)) return ok_status();
+  float* y = ctx.output(0)->as<float>();
+  const int64_t n = ctx.input(1)->shape[1], rows = n ? ctx.output(0)->numel() / n : 0;
+  gemm::Epilogue e;
+  if (const TensorView* residual = ctx.input(3)) e.residual = residual->as<float>();
+  by_gate_runs(ctx, rows, n, e, [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float& v = y[(r0 + i) * n + j];
+        v = v * f.scale[j] + (f.residual ? f.residual[i * n + j] : 0.0f);
+      }
+  });
   return ok_status();
 }
 
@@ -1521,9 +1560,13 @@ Status cpu_Einsum(KernelContext& ctx) {
 namespace kiln {
 
 // kiln.Linear: one GEMM, A folded to [M, K], the weight packed once, and the
-// bias, activation and residual applied to each tile while it is in cache.
+// bias, activation, gate and residual applied to each tile while it is in
+// cache (one GEMM for each run of rows a gate row scales).
 Status cpu_Linear(KernelContext& ctx) {
-  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
+  if (const DnnlReplay* r = replay_of(ctx)) {
+    KILN_RETURN_IF_ERROR(replay(ctx, *r));
+    return apply_gate(ctx);
+  }
   KILN_RETURN_IF_ERROR(require_f32(ctx));
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
   TensorView& y = *ctx.output(0);
@@ -1532,19 +1575,23 @@ Status cpu_Linear(KernelContext& ctx) {
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
   if (computes_in_bf16(*ctx.node) && gemm::has_bf16_products())
     return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, fused_epilogue(ctx, false));
-  if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops
-    return guard_dnnl(ctx, [&] {
+  if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops, a gate after them
+    const bool gated = ctx.input(4) != nullptr;
+    KILN_RETURN_IF_ERROR(guard_dnnl(ctx, [&] {
       const int64_t m = a.numel() / k;
       const memory::desc yd = plain_desc({m, n});
       Args args;
-      add_residual_arg(ctx, yd, args);
-      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, {n, 1}, {m, n}, ctx.input(2), epilogue_attr(ctx, yd),
+      if (!gated) add_residual_arg(ctx, yd, args);
+      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, {n, 1}, {m, n}, ctx.input(2), epilogue_attr(ctx, yd, !gated),
                              std::move(args));
-    });
+    }));
+    return apply_gate(ctx);
   }
   KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, w.as<float>(), n, 1, k, n));
-  gemm::multiply({a.numel() / k, n, k, a.as<float>(), k, packed, y.as<float>(), n}, fused_epilogue(ctx, false),
-                 true);
+  by_gate_runs(ctx, a.numel() / k, n, fused_epilogue(ctx, false),
+               [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
+                 gemm::multiply({count, n, k, a.as<float>() + r0 * k, k, packed, y.as<float>() + r0 * n, n}, f, true);
+               });
   return ok_status();
 }
 

@@ -218,14 +218,22 @@ double activate(const std::string& act, double alpha, double v) {
   return v;
 }
 
-// y = act(y) + residual (input 3), elementwise over the output.
+// y = act(y) * gate + residual (inputs 4 and 3), elementwise over the
+// output; kiln.Linear's gate holds one row of N for each of its equal runs
+// of the output's rows.
 void apply_epilogue(KernelContext& ctx) {
   const std::string act = ctx.attrs().get_string("activation", "none");
   const double alpha = ctx.attrs().get_float("alpha", 1.0f);
-  const TensorView* residual = ctx.input(3);
+  const TensorView *residual = ctx.input(3), *gate = ctx.input(4);
   TensorView& y = *ctx.output(0);
-  for (int64_t i = 0; i < y.numel(); ++i)
-    y.as<float>()[i] = float(activate(act, alpha, y.as<float>()[i]) + (residual ? residual->as<float>()[i] : 0.0));
+  const int64_t n = y.shape.empty() ? 1 : y.shape.back();
+  const int64_t runs = gate && n ? std::max<int64_t>(1, gate->numel() / n) : 1;
+  const int64_t per_run = std::max<int64_t>(1, y.numel() / runs);  // outputs one gate row scales
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    double v = activate(act, alpha, y.as<float>()[i]);
+    if (gate) v *= gate->as<float>()[std::min(i / per_run, runs - 1) * n + i % n];
+    y.as<float>()[i] = float(v + (residual ? residual->as<float>()[i] : 0.0));
+  }
 }
 
 }  // namespace
