@@ -42,7 +42,7 @@ Status fuse_linear(Graph& graph, PassStats* stats) {
     Node* add = product->users[0];
     Value* bias = add->op == OpKind::kAdd ? bias_operand(*add, product, n) : nullptr;
     if (!bias || static_shape(add->outputs[0]) != ys) continue;
-    const Epilogue e = match_epilogue(add->outputs[0], mm, order, true);
+    const Epilogue e = match_epilogue(add->outputs[0], mm, order, /*gates=*/true);
     Value* out = e.out;
     std::vector<Node*> pattern = {mm, add};
     pattern.insert(pattern.end(), e.nodes.begin(), e.nodes.end());

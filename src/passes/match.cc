@@ -130,9 +130,8 @@ std::optional<std::pair<std::string, float>> activation_of(const Node& n) {
   return std::pair{std::string(form == "tanh" ? "gelu_tanh" : "gelu"), 0.0f};
 }
 
-// Whether `gate` (static shape) scales `out`'s rows in runs kiln.Linear
-// takes: [N], or [B or 1, 1, ..., 1, N] against [B, ..., N] with at least
-// 16 rows a run (each run is a GEMM of its own).
+// Whether `gate` (static shape) scales `out`'s rows in the runs kiln.Linear
+// takes: [N], or [B or 1, 1, ..., 1, N] against [B, ..., N].
 bool is_gate(const Value* gate, const Value* out) {
   const std::optional<Shape> g = static_shape(gate), y = static_shape(out);
   if (!g || !y || gate->dtype != DType::kF32 || g->empty() || y->empty() || g->back() != y->back()) return false;
@@ -140,8 +139,7 @@ bool is_gate(const Value* gate, const Value* out) {
   if (g->size() != y->size() || ((*g)[0] != 1 && (*g)[0] != (*y)[0])) return false;
   for (size_t d = 1; d + 1 < g->size(); ++d)
     if ((*g)[d] != 1) return false;
-  const int64_t n = y->back(), rows = n ? shape_numel(*y) / n : 0;
-  return (*g)[0] == 1 || rows / (*y)[0] >= 16;
+  return true;
 }
 
 }  // namespace

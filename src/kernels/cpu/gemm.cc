@@ -231,19 +231,22 @@ TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, bool prefetch) {
 
 // The activation, scale and residual of rows [0, rows) x columns [0, cols)
 // of c, run on each tile as soon as its last products are stored, while it
-// is in L1 (the bias went in with the first products). `scale` and
-// `residual` are the tile's columns of the scale and its corner of the
-// residual (shaped and strided like c), either may be null.
+// is in L1 (the bias went in with the first products). `scale` is e.scale
+// at the tile's first column (row `first_row` of the product is c's first),
+// `residual` the tile's corner of the residual (shaped and strided like c);
+// either may be null.
 struct Identity {
   HWY_INLINE V operator()(D, V x) const { return x; }
 };
-void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e, const float* scale,
-            const float* residual) {
+void Finish(float* c, int64_t ldc, int64_t rows, int64_t cols, const Epilogue& e, const float* scale_at,
+            int64_t first_row, const float* residual) {
   auto finish = [&](const auto& activation) {
     const D d;
     for (int64_t r = 0; r < rows; ++r) {
       float* row = c + r * ldc;
       const float* add = residual ? residual + r * ldc : nullptr;
+      const float* scale =
+          scale_at && e.scale_rows ? scale_at + (first_row + r) / e.scale_rows * e.scale_stride : scale_at;
       int64_t j = 0;
       for (; j + kLanes <= cols; j += kLanes) {
         V y = activation(d, hn::LoadU(d, row + j));
@@ -307,7 +310,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
         for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * p.ldc, edge + r * kPanel, size_t(cols) * 4);
       }
       if (finish)
-        Finish(c, p.ldc, rows, cols, e, e.scale ? e.scale + j0 : nullptr,
+        Finish(c, p.ldc, rows, cols, e, e.scale ? e.scale + j0 : nullptr, e.first_row + i0,
                e.residual ? e.residual + i0 * p.ldc + j0 : nullptr);
     }
   }
@@ -461,7 +464,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
         q.c += i0 * p.ldc + j0;
         Epilogue f = e;
         if (e.bias) f.bias += e.bias_per_row ? i0 : j0;
-        if (e.scale) f.scale += j0;
+        if (e.scale) f.scale += j0, f.first_row += i0;
         if (e.residual) f.residual += i0 * p.ldc + j0;
         run_block(q, f, prefetch);
       }

@@ -55,8 +55,8 @@ void pack_bf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k
                float scale = 1.0f);
 
 // What happens to each output after the products are summed, in this order:
-// C's prior contents added, the bias added, the activation, times the
-// column's scale, the residual (shaped and strided like C) added.
+// C's prior contents added, the bias added, the activation, times the scale,
+// the residual (shaped and strided like C) added.
 struct Epilogue {
   bool accumulate = false;
   const float* bias = nullptr;
@@ -64,7 +64,11 @@ struct Epilogue {
   bool activate = false;
   simd::UnaryF32 activation = simd::UnaryF32::kRelu;
   simd::UnaryF32Params params;
-  const float* scale = nullptr;  // scale[j] (a DiT block's gate)
+  // C[i, j] times scale[(first_row + i) / scale_rows * scale_stride + j]
+  // (scale[j] when scale_rows is 0): a DiT block's adaLN-Zero gate, one row
+  // for each batch entry's tokens.
+  const float* scale = nullptr;
+  int64_t scale_rows = 0, scale_stride = 0, first_row = 0;
   const float* residual = nullptr;
 };
 

@@ -469,22 +469,16 @@ Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
   return static_cast<const bf16*>(p);
 }
 
-// kiln.Linear's gate (input 4; DiT's adaLN-Zero gate) is one row of N for
-// each of its `groups` equal runs of Y's rows (a batch entry's tokens):
-// fn(first row, rows, e with that run's gate row as its column scale and
-// its rows of the residual) for each run; one run of every row without a
-// gate.
-template <class Fn>
-void by_gate_runs(const KernelContext& ctx, int64_t rows, int64_t n, const gemm::Epilogue& e, const Fn& fn) {
+// kiln.Linear's gate (input 4; DiT's adaLN-Zero gate) as e's scale: one
+// row of N for each of the gate's equal runs of Y's `rows` (a batch entry's
+// tokens).
+void set_gate(const KernelContext& ctx, int64_t rows, int64_t n, gemm::Epilogue& e) {
   const TensorView* gate = ctx.input(4);
-  const int64_t groups = gate && n ? gate->numel() / n : 1;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t r0 = rows * g / groups;
-    gemm::Epilogue f = e;
-    if (gate) f.scale = gate->as<float>() + g * n;
-    if (f.residual) f.residual += r0 * n;
-    fn(r0, rows * (g + 1) / groups - r0, f);
-  }
+  if (!gate || n == 0) return;
+  const int64_t runs = gate->numel() / n;
+  e.scale = gate->as<float>();
+  e.scale_rows = runs > 1 ? rows / runs : 0;
+  e.scale_stride = n;
 }
 
 // Y[rows, n] = epilogue(A B) on gemm's bf16 products (where
@@ -498,10 +492,9 @@ Status multiply_bf16(KernelContext& ctx, int64_t rows, int64_t n, int64_t k, int
                         packed_operand<bf16>(ctx, 1, ctx.input(1)->as<float>(), row_stride, col_stride, k, n));
   KILN_ASSIGN_OR_RETURN(const bf16* a, bf16_rows(ctx, rows, k));
   const int64_t depth = gemm::bf16_depth(k);
-  float* y = ctx.output(0)->as<float>();
-  by_gate_runs(ctx, rows, n, e, [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
-    gemm::multiply(gemm::Bf16Problem{count, n, depth, a + r0 * depth, depth, packed, y + r0 * n, n}, f, true);
-  });
+  gemm::Epilogue f = e;
+  set_gate(ctx, rows, n, f);
+  gemm::multiply(gemm::Bf16Problem{rows, n, depth, a, depth, packed, ctx.output(0)->as<float>(), n}, f, true);
   return ok_status();
 }
 
@@ -510,16 +503,14 @@ Status multiply_bf16(KernelContext& ctx, int64_t rows, int64_t n, int64_t k, int
 Status apply_gate(KernelContext& ctx) {
   if (!ctx.input(4)) return ok_status();
   float* y = ctx.output(0)->as<float>();
+  const float* residual = ctx.input(3) ? ctx.input(3)->as<float>() : nullptr;
   const int64_t n = ctx.input(1)->shape[1], rows = n ? ctx.output(0)->numel() / n : 0;
   gemm::Epilogue e;
-  if (const TensorView* residual = ctx.input(3)) e.residual = residual->as<float>();
-  by_gate_runs(ctx, rows, n, e, [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
-    for (int64_t i = 0; i < count; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float& v = y[(r0 + i) * n + j];
-        v = v * f.scale[j] + (f.residual ? f.residual[i * n + j] : 0.0f);
-      }
-  });
+  set_gate(ctx, rows, n, e);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* scale = e.scale + (e.scale_rows ? i / e.scale_rows * n : 0);
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] = y[i * n + j] * scale[j] + (residual ? residual[i * n + j] : 0.0f);
+  }
   return ok_status();
 }
 
@@ -1561,7 +1552,7 @@ namespace kiln {
 
 // kiln.Linear: one GEMM, A folded to [M, K], the weight packed once, and the
 // bias, activation, gate and residual applied to each tile while it is in
-// cache (one GEMM for each run of rows a gate row scales).
+// cache.
 Status cpu_Linear(KernelContext& ctx) {
   if (const DnnlReplay* r = replay_of(ctx)) {
     KILN_RETURN_IF_ERROR(replay(ctx, *r));
@@ -1588,10 +1579,10 @@ Status cpu_Linear(KernelContext& ctx) {
     return apply_gate(ctx);
   }
   KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, w.as<float>(), n, 1, k, n));
-  by_gate_runs(ctx, a.numel() / k, n, fused_epilogue(ctx, false),
-               [&](int64_t r0, int64_t count, const gemm::Epilogue& f) {
-                 gemm::multiply({count, n, k, a.as<float>() + r0 * k, k, packed, y.as<float>() + r0 * n, n}, f, true);
-               });
+  const int64_t m = a.numel() / k;
+  gemm::Epilogue e = fused_epilogue(ctx, false);
+  set_gate(ctx, m, n, e);
+  gemm::multiply({m, n, k, a.as<float>(), k, packed, y.as<float>(), n}, e, true);
   return ok_status();
 }
 
