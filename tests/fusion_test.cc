@@ -302,7 +302,9 @@ TEST(Fusion, LinearWithGate) {
     for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 11) - 5) * 0.1f;
     for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.3f * float(i) - 1;
     Value* y = b.node(OpKind::kAdd, {b.node(OpKind::kMatMul, {x, b.constant({12, 7}, w)}), b.constant({7}, bias)});
-    const Shape gate_shape = gate == Gate::kPerBatch ? Shape{2, 1, 7} : gate == Gate::kForAll ? Shape{7} : Shape{2, 16, 7};
+    const Shape gate_shape = gate == Gate::kPerBatch ? Shape{2, 1, 7}
+                             : gate == Gate::kForAll ? Shape{7}
+                                                     : Shape{2, 16, 7};
     y = b.node(OpKind::kMul, {b.input("gate", gate_shape), y});
     if (residual) y = b.node(OpKind::kAdd, {b.input("r", {2, 16, 7}), y});
     b.g.mark_output(y);
@@ -348,7 +350,9 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
        {{{"batch", 2}, {"sequence", 16}},
         {{"fuse_layer_norm", 5}, {"fuse_adaln", 0}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
          {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 4}}}},
-      {"dit",  // 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the timestep/adaLN MLPs; 4 x 2 gated residuals
+      // dit: 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the
+      // timestep/adaLN MLPs; 4 x 2 gated residuals
+      {"dit",
        {{{"batch", 2}},
         {{"fuse_layer_norm", 9}, {"fuse_adaln", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
          {"fuse_linear", 25}, {"fuse_linear_activation", 4}, {"fuse_linear_gate", 8}, {"fuse_linear_residual", 8}}}},

@@ -171,7 +171,8 @@ Epilogue match_epilogue(Value* from, const Node* first, const std::map<const Nod
     e.nodes.push_back(e.out->users[0]);
     e.out = e.out->users[0]->outputs[0];
   }
-  if (Value* residual = operand_of_next(OpKind::kAdd); residual && static_shape(residual) && static_shape(residual) == static_shape(e.out)) {
+  Value* residual = operand_of_next(OpKind::kAdd);
+  if (residual && static_shape(residual) && static_shape(residual) == static_shape(e.out)) {
     e.residual = residual;
     e.nodes.push_back(e.out->users[0]);
     e.out = e.out->users[0]->outputs[0];
