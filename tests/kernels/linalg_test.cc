@@ -2,8 +2,15 @@
 // against the reference, eagerly and in a compiled plan; the reference
 // against hand-computed values; and inference errors.
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
 
 #include "ir/shape_inference.h"
+#include "kernels/cpu/gemm.h"
 #include "op_test_util.h"
 
 namespace kiln::testing {
@@ -233,6 +240,58 @@ TEST(Linalg, DiffusionShapes) {
        {f32({2, 8, 64, 40}), f32({2, 8, 77, 40})}, 1, kConvTolerance},
   };
   for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
+}
+
+// kiln's GEMM splits C into a part for each of omp_get_max_threads()
+// threads, and a thread done with its own part takes the rest's tiles. In a
+// nested region (one thread, while omp_get_max_threads() still says 2) the
+// one thread must take every tile of the other part, with their bias and
+// residual at the right rows and columns; each of the outer region's two
+// threads runs its own product so.
+TEST(Linalg, GemmThreadTakesOtherPartsTiles) {
+  const int threads = omp_get_max_threads(), levels = omp_get_max_active_levels();
+  omp_set_num_threads(2);
+  omp_set_max_active_levels(1);
+  constexpr int64_t m = 230, n = 300, k = 70;  // three 96-row tiles by three 4-panel tiles in each half
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& x : v) x = u(rng);
+    return v;
+  };
+  const std::vector<float> a = random(m * k), b = random(k * n), bias = random(n), residual = random(m * n);
+  // Packed B in 64-byte-aligned memory, as kiln's arena gives it.
+  const std::unique_ptr<float, decltype(&std::free)> packed(
+      static_cast<float*>(std::aligned_alloc(64, size_t(gemm::packed_floats(k, n)) * sizeof(float) + 64)), &std::free);
+  gemm::pack(b.data(), n, 1, k, n, packed.get());
+  std::vector<float> c[2] = {std::vector<float>(size_t(m * n)), std::vector<float>(size_t(m * n))};
+  int inner_max[2] = {0, 0}, inner_team[2] = {0, 0};
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    gemm::Epilogue e;
+    e.bias = bias.data();
+    e.residual = residual.data();
+    gemm::multiply({m, n, k, a.data(), k, packed.get(), c[t].data(), n}, e, true);
+    inner_max[t] = omp_get_max_threads();
+#pragma omp parallel
+    inner_team[t] = omp_get_num_threads();
+  }
+  omp_set_max_active_levels(levels);
+  omp_set_num_threads(threads);
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_EQ(inner_max[t], 2) << "the product would not be split";
+    ASSERT_EQ(inner_team[t], 1) << "the nested region would not have one thread";
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = double(bias[size_t(j)]) + residual[size_t(i * n + j)];
+        for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * b[size_t(q * n + j)];
+        worst = std::max(worst, std::abs(want - c[t][size_t(i * n + j)]));
+      }
+    EXPECT_LT(worst, 1e-4) << "thread " << t;
+  }
 }
 
 std::vector<double> values_of(const Tensor& t) {
