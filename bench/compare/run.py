@@ -12,9 +12,12 @@ OpenBLAS (on the fastest of its kernel sets for this CPU, see openblas_core), an
 with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping the faster; ONNX Runtime's CPU provider (onnxruntime-node) with every graph optimization. The tiny SD
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
 ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
-runners run in turn, --rounds times (the order reversed each round, so that a drift in a shared machine's
-speed hits all alike), and each runner's median is over all its timed runs. Last, `kiln profile` of
-kiln graph f32 says where its time goes (per op kind and the slowest steps).
+runners run in turn, in rounds (the order reversed each round, so that a drift in a shared machine's
+speed hits all alike), and each runner's median is over all its timed runs. A target's runner runs next to
+its baseline in every round, and the target's ratio is the median of the rounds' ratios (the two measured
+seconds apart, not minutes: kiln's and ONNX Runtime's pooled medians once moved 35 % and 2 % between
+rounds). Last, `kiln profile` of kiln graph f32 says where its time goes (per op kind and the slowest
+steps).
 """
 import argparse
 import datetime
@@ -36,6 +39,14 @@ THREADS = "2"
 # Timed runs per measurement (a warm-up run first): more where a run is short.
 PIPELINE = "tiny_sd_pipeline"  # --only's name for the tiny SD pipeline end to end
 ITERS = {"dit_tiny": 50, "dit_small": 10, "clip_l": 10, "vae_decoder_256": 4, "unet_sd15": 4, "dit_medium": 3}
+# Rounds per model (--rounds overrides): more for the small models, whose rounds take seconds.
+ROUNDS = {"dit_tiny": 4, "dit_small": 4}
+DEFAULT_ROUNDS = 2
+# The order runners run in (reversed every other round): each target's runner (see TARGETS) next to its
+# baseline, kiln graph bf16 one away from ONNX Runtime.
+RUN_ORDER = ["kiln eager f32", "kiln eager bf16", "PyTorch eager f32", "TorchScript f32",
+             "PyTorch eager bf16 default", "PyTorch eager bf16 avx512", "kiln graph bf16", "kiln graph f32",
+             "ONNX Runtime f32"]
 
 
 def run_measured(cmd, env=None, timeout=3600):
@@ -150,9 +161,9 @@ def pipeline_bench(reps=10):
 
 
 def measure(name, scale, rounds, log):
-    """Every runner on one model, `rounds` times over, in turn (the order reversed each round, so a drift
-    in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all.
-    Then kiln graph f32's profile."""
+    """Every runner on one model, `rounds` times over, in turn (RUN_ORDER, reversed each round, so a drift
+    in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all, and
+    its median in each round kept (round_ms) for the paired ratios. Then kiln graph f32's profile."""
     iters = max(1, round(ITERS[name] * scale))
     runners = [(f"kiln {mode} {precision}", lambda m=mode, p=precision: kiln_bench(name, m, p, iters))
                for precision in ("f32", "bf16") for mode in ("eager", "graph")]
@@ -162,13 +173,16 @@ def measure(name, scale, rounds, log):
                 ("PyTorch eager bf16 avx512",
                  lambda: torch_bench(name, "eager", "bf16", iters, {"ATEN_CPU_CAPABILITY": "avx512"})),
                 ("ONNX Runtime f32", lambda: ort_bench(name, iters))]
+    assert sorted(RUN_ORDER) == sorted(runner for runner, _ in runners)
+    order = sorted(runners, key=lambda runner: RUN_ORDER.index(runner[0]))
     pooled = {}
     for r in range(rounds):
-        for runner, run in (runners if r % 2 == 0 else runners[::-1]):
+        for runner, run in (order if r % 2 == 0 else order[::-1]):
             log(f"{name}: {runner} (round {r + 1} of {rounds})")
             got = run()
-            into = pooled.setdefault(runner, dict(got, ms=[]))
+            into = pooled.setdefault(runner, dict(got, ms=[], round_ms=[]))
             into["ms"] += got["ms"]
+            into["round_ms"].append(statistics.median(got["ms"]))
             into["peak_rss_mib"] = max(into["peak_rss_mib"], got["peak_rss_mib"])
     for r in pooled.values():
         r["median_ms"] = statistics.median(r["ms"])
@@ -222,6 +236,27 @@ def time_goes(results, profile):
             f"per op kind: {ops}. Slowest steps: {steps}.")
 
 
+def paired_ratio(results, runner, base):
+    """The baseline's median over the runner's, as the median of the rounds' ratios where both kept their
+    rounds' medians (see measure), with those ratios; else (a results.json from before) of the pooled
+    medians, with none."""
+    a, b = results[runner].get("round_ms"), results[base].get("round_ms")
+    if not a or not b or len(a) != len(b):
+        return results[base]["median_ms"] / results[runner]["median_ms"], []
+    per_round = [base_ms / ms for ms, base_ms in zip(a, b)]
+    return statistics.median(per_round), per_round
+
+
+def describe_rounds(rounds):
+    """--rounds as the report says it: one number, or the per-model table."""
+    if isinstance(rounds, int):
+        return f"{rounds} rounds"
+    counts = sorted(set(rounds.values()))
+    if len(counts) == 1:
+        return f"{counts[0]} rounds"
+    return " or ".join(str(c) for c in counts) + " rounds (" + ", ".join(f"{m} {n}" for m, n in rounds.items()) + ")"
+
+
 def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds, openblas, profiles):
     lines = ["# kiln vs PyTorch vs ONNX Runtime", "",
              f"Measured by `{command}` on {when}; every figure",
@@ -229,8 +264,9 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
              f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
              f"kiln {rev}; {versions()}.",
              f"PyTorch f32 ran on {openblas or 'OpenBLAS (its kernel set not recorded)'}.", "",
-             f"Medians of the timed runs of {rounds} rounds (each process after one warm-up; a model's runners in",
-             "turn, the order reversed each round). `vs ORT`: ONNX Runtime's median over this one's",
+             f"Medians of the timed runs of {describe_rounds(rounds)} (each process after one warm-up; a",
+             "model's runners in turn, the order reversed each round). `vs ORT`: ONNX Runtime's median over",
+             "this one's",
              "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
              "model (a convolution's as computed directly), over the median. % of peak: of the oneDNN",
              "matmul peak kiln measures on this machine (f32, or bf16 for bf16 runs); above 100 % where",
@@ -276,31 +312,36 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
                          f"{r['max_error']:.1e} |")
         lines.append("")
     lines += ["## Targets", "",
-              "For a speed target, `needs`: the share of the measured matmul peak kiln's run would have to reach",
-              "to meet it (its FLOPs over the baseline's median divided by the ratio); above 100 % no kernel",
+              "A speed target's ratio is paired: the median of the rounds' ratios, each of the two runners'",
+              "medians in one round, run next to each other (`rounds`: those ratios). The tables above pool",
+              "every round, and a shared machine's slow minutes can fall on one runner's runs and not the",
+              "other's. `needs`: the share of the measured matmul peak kiln's run would have to reach to meet",
+              "the target (its FLOPs over the baseline's median divided by the ratio); above 100 % no kernel",
               "can meet it on this machine.", "",
-              "| model | target | measured | | needs |", "|---|---|---:|---|---:|"]
+              "| model | target | measured | | needs | rounds |", "|---|---|---:|---|---:|---|"]
     for model, runner, base, want, what in TARGETS:
         if model not in all_results:
             continue
         results = all_results[model]
-        got = results[base]["median_ms"] / results[runner]["median_ms"]
+        got, per_round = paired_ratio(results, runner, base)
         verdict = "met" if got >= want else f"missed by {(1 - got / want) * 100:.0f} %"
         now = percent_of_peak(results, runner, results[runner]["json"]["flops_per_forward"])
-        needs = f"{now * want / got:.0f} % of peak" if now is not None else ""
-        lines.append(f"| {model} | {what} >= {want}x | {got:.2f}x | {verdict} | {needs} |")
+        pooled = results[base]["median_ms"] / results[runner]["median_ms"]  # the one `now` is measured at
+        needs = f"{now * want / pooled:.0f} % of peak" if now is not None else ""
+        lines.append(f"| {model} | {what} >= {want}x | {got:.2f}x | {verdict} | {needs} | "
+                     f"{', '.join(f'{x:.2f}' for x in per_round)} |")
     for model, results in all_results.items():
         for runner in ("kiln graph f32", "kiln graph bf16"):
             rss, ort_rss = results[runner]["peak_rss_mib"], results["ONNX Runtime f32"]["peak_rss_mib"]
             verdict = "met" if rss <= ort_rss else f"missed by {(rss / ort_rss - 1) * 100:.0f} %"
-            lines.append(f"| {model} | {runner} peak RSS <= ONNX Runtime's | {rss:.0f} vs {ort_rss:.0f} MiB | {verdict} | |")
+            lines.append(f"| {model} | {runner} peak RSS <= ONNX Runtime's | {rss:.0f} vs {ort_rss:.0f} MiB | {verdict} | | |")
         if model == "dit_medium":
             flops = results["kiln graph f32"]["json"]["flops_per_forward"]
             for runner, want in (("kiln graph f32", 80), ("kiln graph bf16", 60)):
                 pct = percent_of_peak(results, runner, flops)
                 if pct is not None:
                     verdict = "met" if pct >= want else f"missed by {want - pct:.0f} points"
-                    lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} | |")
+                    lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} | | |")
     lines.append("")
     with open(path_md, "w") as f:
         f.write("\n".join(lines))
@@ -355,8 +396,9 @@ def main():
     parser.add_argument("--only", nargs="+", choices=[*models.MODELS, PIPELINE], metavar="NAME",
                         help=f"what to run (default: all: {', '.join(models.MODELS)}, {PIPELINE})")
     parser.add_argument("--iters-scale", type=float, default=1.0, help="scale every model's timed runs")
-    parser.add_argument("--rounds", type=int, default=2, choices=range(1, 11), metavar="N",
-                        help="times each model's runners run, in turn (default 2); their timed runs are pooled")
+    parser.add_argument("--rounds", type=int, choices=range(1, 11), metavar="N",
+                        help=f"times each model's runners run, in turn (default {DEFAULT_ROUNDS}, "
+                             f"{', '.join(f'{m} {n}' for m, n in ROUNDS.items())}); their timed runs are pooled")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench"), help="folder for results.md and results.png")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report again from the last run's measurements (bench/out/compare/results.json)")
@@ -385,11 +427,12 @@ def main():
     openblas = openblas_core(log)
     names = [n for n in args.only or models.MODELS if n != PIPELINE]
     all_results, profiles = {}, {}
+    rounds = {n: args.rounds or ROUNDS.get(n, DEFAULT_ROUNDS) for n in names}
     for name in names:
         if not os.path.exists(os.path.join(models.OUT, name, "state.pt")):
             log(f"{name}: exporting")
             models.export(name)
-        all_results[name], profiles[name] = measure(name, args.iters_scale, args.rounds, log)
+        all_results[name], profiles[name] = measure(name, args.iters_scale, rounds[name], log)
     pipeline = None
     if not args.only or PIPELINE in args.only:
         log("tiny SD pipeline: kiln, PyTorch, ONNX Runtime")
@@ -398,9 +441,9 @@ def main():
     when, rev = datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git_rev()
     with open(saved, "w") as f:
         json.dump({"results": all_results, "pipeline": pipeline, "command": command, "when": when, "rev": rev,
-                   "rounds": args.rounds, "openblas": openblas, "profiles": profiles}, f)
+                   "rounds": rounds, "openblas": openblas, "profiles": profiles}, f)
     write_report(all_results, pipeline, os.path.join(args.out, "results.md"), os.path.join(args.out, "results.png"),
-                 command, when, rev, args.rounds, openblas, profiles)
+                 command, when, rev, rounds, openblas, profiles)
     log(f"wrote {os.path.join(args.out, 'results.md')} and results.png")
 
 
