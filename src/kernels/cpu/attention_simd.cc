@@ -27,13 +27,15 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention_simd.cc"
 #include <hwy/foreach_target.h>  // must precede highway.h
 
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
+
+#include "kernels/cpu/unary_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kiln::attention_simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using simd::HWY_NAMESPACE::ExpNonPositive;
 
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
@@ -124,10 +126,10 @@ void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) 
     const V max = BlockMax(s, keys, kRows, run.max[h]);  // one vector per key
     // While every score of a row is -inf (masked), subtract 0 so exp gives 0, not NaN.
     const V shift = hn::IfThenZeroElse(hn::Eq(max, hn::Set(d, -kInf)), max);
-    const V alpha = hn::Exp(d, hn::Sub(run.max[h], shift));
+    const V alpha = ExpNonPositive(d, hn::Sub(run.max[h], shift));
     V sum = hn::Zero(d);
     for (int64_t j = 0; j < keys; ++j) {
-      const V e = hn::Exp(d, hn::Sub(hn::Load(d, s + j * kRows), shift));
+      const V e = ExpNonPositive(d, hn::Sub(hn::Load(d, s + j * kRows), shift));
       hn::Store(e, d, s + j * kRows);
       sum = hn::Add(sum, e);
     }
@@ -199,27 +201,6 @@ HWY_INLINE void StoreBf16(D d, V e, bf16* out) {
   hn::StoreU(hn::DemoteTo(d16, rounded), d16, reinterpret_cast<uint16_t*>(out));
 }
 
-// exp(x) for x <= 0 (a score less its row's max) to a relative 3e-6, for
-// probabilities that are rounded to bf16 (to 2^-9) next: 2^n 2^f with
-// x log2(e) = n + f, |f| <= 1/2, and 2^f from its Taylor polynomial of
-// degree 5, about a third of Highway's Exp's work. Below 2^-126 (x < -87.3,
-// -inf too) it gives 0 or 2^-126 times p(f): n is clamped at -127, whose 2^n
-// has a zero exponent field, i.e. is 0. A NaN gives 0; the callers turn a
-// row with a NaN into NaN by its max.
-HWY_INLINE V ExpNonPositive(D d, V x) {
-  const hn::RebindToSigned<D> di;
-  const V t = hn::Max(hn::Mul(x, hn::Set(d, 1.44269504f)), hn::Set(d, -127.0f));
-  const auto n = hn::NearestInt(t);
-  const V f = hn::Sub(t, hn::ConvertTo(d, n));
-  V p = hn::Set(d, 1.33335581e-3f);  // ln(2)^k / k!, k = 5 down to 0
-  p = hn::MulAdd(p, f, hn::Set(d, 9.61812911e-3f));
-  p = hn::MulAdd(p, f, hn::Set(d, 5.55041087e-2f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.240226507f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.693147181f));
-  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
-  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127)))));
-}
-
 // exp(x[j] - shift) for j < whole (whole vectors), rounded to bf16 into
 // out; returns the f32 exps' sums, per lane.
 HWY_INLINE V ExpsToBf16(D d, const float* x, int64_t whole, V shift, bf16* out) {
@@ -279,7 +260,7 @@ void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float*
         acc = ExpsToBf16(d, x, whole, vshift, out);
     } else {
       for (int64_t j = 0; j < whole; j += kLanes) {
-        const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vshift));
+        const V e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + j), vshift));
         hn::StoreU(e, d, x + j);
         acc = hn::Add(acc, e);
       }

@@ -12,7 +12,8 @@
 
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
+
+#include "kernels/cpu/unary_ops-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,7 @@ namespace kiln::reduction_simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
+using simd::HWY_NAMESPACE::ExpNonPositive;  // exp(x - max)
 
 // The n < Lanes elements at p, the other lanes set to pad.
 HWY_INLINE V LoadTail(D d, const float* p, int64_t n, float pad) {
@@ -108,20 +110,20 @@ HWY_INLINE void SoftmaxRow(const float* x, float* y, int64_t n) {
     V a0 = hn::Zero(d), a1 = a0;
     int64_t i = b;
     for (; i + 2 * N <= end; i += 2 * N) {
-      const V e0 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
-      const V e1 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i + N), vmax));
+      const V e0 = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + i), vmax));
+      const V e1 = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + i + N), vmax));
       hn::StoreU(e0, d, y + i);
       hn::StoreU(e1, d, y + i + N);
       a0 = hn::Add(a0, e0);
       a1 = hn::Add(a1, e1);
     }
     for (; i + N <= end; i += N) {
-      const V e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
+      const V e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, x + i), vmax));
       hn::StoreU(e, d, y + i);
       a0 = hn::Add(a0, e);
     }
     if (i < end) {  // padding -inf exps to 0
-      const V e = hn::Exp(d, hn::Sub(LoadTail(d, x + i, end - i, -kInf), vmax));
+      const V e = ExpNonPositive(d, hn::Sub(LoadTail(d, x + i, end - i, -kInf), vmax));
       StoreTail(d, e, y + i, end - i);
       a1 = hn::Add(a1, e);
     }
