@@ -65,6 +65,25 @@ TEST(Reduction, Softmax) {
   }
 }
 
+// Scores down to 86 below their row's max: each probability, however small,
+// as close to the f64 reference's as f32 allows (check_op's tolerance is
+// relative to the largest, 1). f32's score - max is rounded, by up to
+// |score - max| 2^-24, which exp turns into that relative error; the exp,
+// the sum and the divide add a few ulps.
+TEST(Reduction, SoftmaxSmallProbabilitiesAreAccurate) {
+  std::vector<double> scores;
+  for (int i = 0; i < 200; ++i) scores.push_back(double(float(3.0 - 0.4321 * i)));
+  const OpCase c{"spread", OpKind::kSoftmax, {}, {values(DType::kF32, {2, 100}, scores)}};
+  const std::vector<Tensor> want = run_reference(c), got = run_cpu(c);
+  ASSERT_EQ(got.size(), 1u);
+  for (int64_t k = 0; k < want[0].numel(); ++k) {
+    const double w = want[0].element_as_double(k), below_max = scores[size_t(k / 100 * 100)] - scores[size_t(k)];
+    ASSERT_GT(w, 0.0) << k;
+    EXPECT_NEAR(got[0].element_as_double(k) / w, 1.0, below_max * 0x1p-24 + 5e-7)
+        << "probability " << k << " of " << w << ", " << below_max << " below the max";
+  }
+}
+
 TEST(Reduction, SoftmaxReferenceValues) {
   const float kMin = std::numeric_limits<float>::lowest();
   const double inf = INFINITY;
