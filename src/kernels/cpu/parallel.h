@@ -8,6 +8,7 @@
 // Never write `#pragma omp parallel ... if (...)` in a kernel: use these.
 //
 //   parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) { ... });
+//   parallel_tasks(points, big, [&](int64_t p) { ... });  // handed out as threads free up
 //   parallel_ranges(n, big, [&](int64_t begin, int64_t end) { ... });
 //   parallel_region(big, [&] { ... omp_get_thread_num() ... });
 #pragma once
@@ -40,6 +41,19 @@ inline void parallel_for(int64_t tasks, bool parallel, const Fn& fn) {
     return;
   }
 #pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) fn(t);
+}
+
+// The same, each thread taking the next task as it frees up: for equal,
+// independent tasks of tens of microseconds or more, where a thread the
+// machine delays should not be left a fixed share.
+template <class Fn>
+inline void parallel_tasks(int64_t tasks, bool parallel, const Fn& fn) {
+  if (!worth_threads(parallel) || tasks < 2) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic)
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
