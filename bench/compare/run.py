@@ -248,13 +248,13 @@ def paired_ratio(results, runner, base):
 
 
 def describe_rounds(rounds):
-    """--rounds as the report says it: one number, or the per-model table."""
+    """--rounds as the report says it: one number, or each count with its models."""
     if isinstance(rounds, int):
         return f"{rounds} rounds"
-    counts = sorted(set(rounds.values()))
+    counts = sorted(set(rounds.values()), reverse=True)
     if len(counts) == 1:
         return f"{counts[0]} rounds"
-    return " or ".join(str(c) for c in counts) + " rounds (" + ", ".join(f"{m} {n}" for m, n in rounds.items()) + ")"
+    return " or ".join(f"{c} ({', '.join(m for m, n in rounds.items() if n == c)})" for c in counts) + " rounds"
 
 
 def write_report(all_results, pipeline, path_md, path_png, command, when, rev, rounds, openblas, profiles):
@@ -264,11 +264,11 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
              f"{THREADS} threads. Machine: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}.",
              f"kiln {rev}; {versions()}.",
              f"PyTorch f32 ran on {openblas or 'OpenBLAS (its kernel set not recorded)'}.", "",
-             f"Medians of the timed runs of {describe_rounds(rounds)} (each process after one warm-up; a",
-             "model's runners in turn, the order reversed each round). `vs ORT`: ONNX Runtime's median over",
-             "this one's",
-             "(above 1: faster). GFLOP/s: the matmul, convolution and attention FLOPs kiln counts for the",
-             "model (a convolution's as computed directly), over the median. % of peak: of the oneDNN",
+             f"Medians of the timed runs of {describe_rounds(rounds)}: each process after one",
+             "warm-up, a model's runners in turn, the order reversed each round. `vs ORT`: ONNX Runtime's",
+             "median over this one's (above 1: faster). GFLOP/s: the matmul, convolution and attention",
+             "FLOPs kiln counts for the model (a convolution's as computed directly), over the median.",
+             "% of peak: of the oneDNN",
              "matmul peak kiln measures on this machine (f32, or bf16 for bf16 runs); above 100 % where",
              "kiln runs 3x3 convolutions by Winograd's F(2x2, 3x3) or (f32) F(4x4, 3x3), 2.25x or 4x fewer",
              "multiplications.",

@@ -42,15 +42,17 @@ HWY_INLINE V per_lane(D d, V x, float (*fn)(float)) {
 }
 
 // exp(x) for x <= 0 (a softmax score less its row's max; sigmoid's, erf's
-// and GELU's exp(-|y|)), within an f32 ulp of the true value (0.995 ulp at worst over [-87, 0], every eighth float checked
-// against double exp): e^r 2^n with n = round(x log2(e)), r = x - n ln(2)
-// in two parts (0.693359375 - 2.12194440e-4), and e^r = 1 + r + r^2 p(r)
-// with Cephes' expf polynomial p of degree 5. Cheaper than Highway's Exp,
-// which also serves x > 0 (kiln_bench_attention, 12 heads x 64, f32,
-// binaries before and after alternated: 256 tokens 0.784-0.816 ->
-// 0.758-0.775 ms, 1024 tokens 11.53-11.66 -> 11.11-11.34 ms). Below -88 (-inf too) it gives 0: n is -127 there, whose 2^n has a
-// zero exponent field, i.e. is 0. A NaN gives 0 (Max picks -88); the
-// callers keep a NaN input's NaN (attention: by the row's max).
+// and GELU's exp(-|y|)), within an f32 ulp of the true value (0.995 ulp at
+// worst over [-87, 0], every eighth float checked against double exp):
+// e^r 2^n with n = round(x log2(e)), r = x - n ln(2) in two parts
+// (0.693359375 - 2.12194440e-4), and e^r = 1 + r + r^2 p(r) with Cephes'
+// expf polynomial p of degree 5. Cheaper than Highway's Exp, which also
+// serves x > 0 (kiln_bench_attention, 12 heads x 64, f32, binaries before
+// and after alternated: 256 tokens 0.784-0.816 -> 0.758-0.775 ms, 1024
+// tokens 11.53-11.66 -> 11.11-11.34 ms). Below -88 (-inf too) it gives 0:
+// n is -127 there, whose 2^n has a zero exponent field, i.e. is 0. A NaN
+// gives 0 or NaN (as the target's Max treats it); every caller deals with
+// NaN inputs itself.
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
   x = hn::Max(x, hn::Set(d, -88.0f));
