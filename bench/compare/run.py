@@ -13,10 +13,10 @@ with its default kernels and with ATEN_CPU_CAPABILITY=avx512, keeping the faster
 pipeline's reference case runs end to end (`--only tiny_sd_pipeline`) in kiln's three modes, PyTorch and
 ONNX Runtime (bench/compare/pipeline.py). FLOPs and the peaks are kiln's (`kiln bench`). A model's
 runners run in turn, in rounds (the order reversed each round, so that a drift in a shared machine's
-speed hits all alike), and each runner's median is over all its timed runs. A target's runner runs next to
-its baseline in every round, and the target's ratio is the median of the rounds' ratios (the two measured
-seconds apart, not minutes: kiln's and ONNX Runtime's pooled medians once moved 35 % and 2 % between
-rounds). Last, `kiln profile` of kiln graph f32 says where its time goes (per op kind and the slowest
+speed hits all alike), and each runner's median is over all its timed runs. kiln graph f32 runs next to
+ONNX Runtime, kiln graph bf16 next to PyTorch bf16, and a target's ratio is the median of the rounds'
+ratios (those two measured seconds apart, not minutes: kiln's and ONNX Runtime's pooled medians once
+moved 35 % and 2 % between rounds). Last, `kiln profile` of kiln graph f32 says where its time goes (per op kind and the slowest
 steps).
 """
 import argparse
@@ -42,8 +42,9 @@ ITERS = {"dit_tiny": 50, "dit_small": 10, "clip_l": 10, "vae_decoder_256": 4, "u
 # Rounds per model (--rounds overrides): more for the small models, whose rounds take seconds.
 ROUNDS = {"dit_tiny": 4, "dit_small": 4}
 DEFAULT_ROUNDS = 2
-# The order runners run in (reversed every other round): each target's runner (see TARGETS) next to its
-# baseline, kiln graph bf16 one away from ONNX Runtime.
+# The order runners run in (reversed every other round): kiln graph f32 next to ONNX Runtime, kiln graph
+# bf16 next to PyTorch bf16 (avx512; default two away) and one away from ONNX Runtime. The targets against
+# PyTorch f32 (see TARGETS) pair runners further apart.
 RUN_ORDER = ["kiln eager f32", "kiln eager bf16", "PyTorch eager f32", "TorchScript f32",
              "PyTorch eager bf16 default", "PyTorch eager bf16 avx512", "kiln graph bf16", "kiln graph f32",
              "ONNX Runtime f32"]
@@ -313,9 +314,9 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
         lines.append("")
     lines += ["## Targets", "",
               "A speed target's ratio is paired: the median of the rounds' ratios, each of the two runners'",
-              "medians in one round, run next to each other (`rounds`: those ratios). The tables above pool",
-              "every round, and a shared machine's slow minutes can fall on one runner's runs and not the",
-              "other's. `needs`: the share of the measured matmul peak kiln's run would have to reach to meet",
+              "medians in one round (`rounds`: those ratios); kiln graph f32 runs next to ONNX Runtime, kiln",
+              "graph bf16 next to PyTorch bf16. The tables above pool every round, and a shared machine's",
+              "slow minutes can fall on one runner's runs and not the other's. `needs`: the share of the measured matmul peak kiln's run would have to reach to meet",
               "the target (its FLOPs over the baseline's median divided by the ratio); above 100 % no kernel",
               "can meet it on this machine.", "",
               "| model | target | measured | | needs | rounds |", "|---|---|---:|---|---:|---|"]
