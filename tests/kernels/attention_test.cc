@@ -82,6 +82,8 @@ TEST(Attention, MatchesReference) {
            {"no keys", op, bshd(0.25f), {f32({1, 5, 2, 8}), f32({1, 0, 2, 8}), f32({1, 0, 2, 8})}},
            {"no queries", op, bshd(0.25f), {f32({1, 0, 2, 8}), f32({1, 6, 2, 8}), f32({1, 6, 2, 8})}},
            {"threaded", op, bshd(0.125f), {f32({1, 512, 2, 64}), f32({1, 512, 2, 64}), f32({1, 512, 2, 64})}},
+           // 16-column blocks and a tail of 8, both halves of a task, the last task 13 rows
+           {"head dim 72", op, bshd(0.12f), {f32({2, 45, 2, 72}), f32({2, 70, 2, 72}), f32({2, 70, 2, 72})}},
        })
     check_op(c);
 }
@@ -95,6 +97,8 @@ TEST(Attention, EveryHighwayTarget) {
     for (const OpCase& c : std::vector<OpCase>{
              {"bshd, masked", OpKind::kAttention, bshd(0.25f),
               {f32({2, 37, 2, 16}), f32({2, 77, 2, 16}), f32({2, 77, 2, 13}), f32({37, 77}, -3, 3)}},
+             {"head dim 40", OpKind::kAttention, bshd(0.15f),
+              {f32({1, 29, 2, 40}), f32({1, 50, 2, 40}), f32({1, 50, 2, 40})}},
              {"causal, rank 3", OpKind::kAttention, scale_only(0.3f),
               {f32({1, 70, 5}), f32({1, 5, 70}), f32({1, 70, 6}),
                mask_where(70, 70, [](int64_t i, int64_t j) { return j > i; })}},
