@@ -35,7 +35,7 @@ struct Layout {
     kt_bytes = aligned(size_t(gemm::packed_bf16_count(p.d, p.sk)) * sizeof(bf16));
     v_block_bytes = aligned(size_t(gemm::packed_bf16_count(keys, p.dv)) * sizeof(bf16));
     head_bytes = kt_bytes + size_t(blocks(p)) * v_block_bytes;
-    slot_bytes = o() + aligned(size_t(rows * p.dv) * 4) + aligned(size_t(rows) * 3 * 4);
+    slot_bytes = thread_slot_bytes(o() + aligned(size_t(rows * p.dv) * 4) + aligned(size_t(rows) * 3 * 4));
   }
   int64_t blocks(const Problem& p) const { return (p.sk + keys - 1) / keys; }
   // Offsets in a thread's slot: Q's rows, S, P, O, then max, sum and alpha.

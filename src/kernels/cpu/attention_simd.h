@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/parallel.h"
 
 namespace kiln::attention_simd {
 
@@ -36,8 +37,10 @@ inline constexpr int64_t kMaxRows = 32;
 inline constexpr int64_t kKeyBlock = 64;
 
 // Scratch floats one thread needs: the packed query rows, a block of scores
-// and the output accumulator. A multiple of 16, so slots stay 64-byte aligned.
-inline int64_t scratch_floats(const Problem& p) { return (p.d + kKeyBlock + p.dv) * kMaxRows; }
+// and the output accumulator, padded to thread_slot_bytes (parallel.h).
+inline int64_t scratch_floats(const Problem& p) {
+  return thread_slot<float>((p.d + kKeyBlock + p.dv) * kMaxRows);
+}
 
 // y = softmax(q k * scale + mask) v. `scratch` (64-byte aligned) holds one
 // scratch_floats(p) slot per thread: omp_get_max_threads() slots when

@@ -606,9 +606,9 @@ Status cpu_MatMul(KernelContext& ctx) {
     a_stride *= size_t(a_dim), b_stride *= size_t(b_dim);
   }
   const int64_t batches = y.numel() / (m * n);
-  const int64_t packed_floats = gemm::packed_floats(k, n);
+  const int64_t slot = thread_slot<float>(gemm::packed_floats(k, n));
   const int64_t slots = batches >= thread_slots() ? thread_slots() : 1;
-  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, slots * packed_floats, "packed operands"));
+  KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, slots * slot, "packed operands"));
   auto one = [&](int64_t batch, float* packed, bool parallel) {
     int64_t a_offset = 0, b_offset = 0;
     for (size_t d = batch_dims, rest = size_t(batch); d-- > 0; rest /= size_t(extent[d])) {
@@ -625,7 +625,7 @@ Status cpu_MatMul(KernelContext& ctx) {
     for (int64_t batch = 0; batch < batches; ++batch) one(batch, scratch, true);
   } else {
     parallel_for(batches, batches * m * n * k > kParallelWork,
-                 [&](int64_t batch) { one(batch, scratch + omp_get_thread_num() * packed_floats, false); });
+                 [&](int64_t batch) { one(batch, scratch + omp_get_thread_num() * slot, false); });
   }
   return ok_status();
 }
@@ -818,16 +818,18 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t threads = thread_slots();
   const ChannelGroups groups(pixel_tasks, oc);  // fewer chunks than threads: the channels split too
   const int64_t channel_groups = groups.count, group_size = groups.size;
-  const int64_t chunk_floats = gemm::packed_floats(k, chunk);
   // Channel groups share their chunk's patches, packed first, split by input
   // channel (there are fewer chunks than threads); otherwise each task packs
-  // its own.
+  // its own, in its thread's slot.
   const bool shared = channel_groups > 1;
   const int64_t buffers = shared ? pixel_tasks : threads;
+  // A buffer's floats, and its bf16 values, from one to the next.
+  const int64_t patch_floats = gemm::packed_floats(k, chunk), patch_bf16 = gemm::packed_bf16_count(k, chunk);
+  const int64_t chunk_floats = shared ? patch_floats : thread_slot<float>(patch_floats);
+  const int64_t chunk_bf16 = shared ? patch_bf16 : thread_slot<bf16>(patch_bf16);
   KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, buffers * chunk_floats, "input patches"));
   const bf16* w_bf16 = g.bf16_weight.data;
   bf16* patches_bf16 = nullptr;
-  const int64_t chunk_bf16 = gemm::packed_bf16_count(k, chunk);
   if (g.bf16_products) {
     KILN_ASSIGN_OR_RETURN(void* p, scratch_bytes(ctx, size_t(buffers * chunk_bf16) * sizeof(bf16), "bf16 patches"));
     patches_bf16 = static_cast<bf16*>(p);
@@ -957,7 +959,7 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
   // Bands of up to 8 rows (a few tasks per thread): the copy is the band's
   // rows and `reach` more, and the scratch a band per thread, not the image.
   const int64_t band = std::clamp<int64_t>(g.batch * g.out_height / (4 * threads), 1, 8);
-  const int64_t bands = (g.out_height + band - 1) / band, band_floats = (band + reach) * row_stride;
+  const int64_t bands = (g.out_height + band - 1) / band, band_floats = thread_slot<float>((band + reach) * row_stride);
   KILN_ASSIGN_OR_RETURN(float* scratch, scratch_floats(ctx, threads * band_floats, "the padded input rows"));
   KILN_ASSIGN_OR_RETURN(void* offsets, scratch_bytes(ctx, size_t(k) * sizeof(int64_t), "the patch row offsets"));
   auto* b_rows = static_cast<int64_t*>(offsets);

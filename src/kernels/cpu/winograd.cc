@@ -321,7 +321,7 @@ struct Layout {
     rows_bytes = aligned(size_t(c.in_channels) * sizeof(int64_t));
     v_bytes = aligned(v_values * (bf16 ? sizeof(kiln::bf16) : sizeof(float)));
     m_bytes = aligned(size_t(c.points() * c.out_channels * stride + 16) * sizeof(float));
-    slot_bytes = v_bytes + m_bytes;
+    slot_bytes = thread_slot_bytes(v_bytes + m_bytes);
     slots = by_phase ? 1 : size_t(threads);
   }
 };
