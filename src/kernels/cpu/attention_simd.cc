@@ -367,9 +367,14 @@ void OnlineSoftmaxRows(float* s, int64_t rows, int64_t keys, int64_t lds, float*
 void AttentionF32(const Problem& p, float* scratch, bool parallel) {
   const int64_t blocks = (p.sq + kRows - 1) / kRows;
   const int64_t slot = scratch_floats(p);
+  // Tasks in order of b1 (heads), then b0 (batch): each thread's contiguous
+  // share is then a range of heads, the columns of Q, K and V that a
+  // projection GEMM splitting its columns left in that thread's caches.
+  // (Batch first, dit_small's attention steps took 4.50-4.73 ms against
+  // 4.30-4.55, kiln profile alternated 5 times.)
   parallel_for(p.b0 * p.b1 * blocks, parallel, [&](int64_t task) {
     const int64_t batch = task / blocks;
-    AttendRows(p, batch / p.b1, batch % p.b1, task % blocks * kRows, scratch + omp_get_thread_num() * slot);
+    AttendRows(p, batch % p.b0, batch / p.b0, task % blocks * kRows, scratch + omp_get_thread_num() * slot);
   });
 }
 
