@@ -6,7 +6,8 @@
 //   qt[t] = q[rows, t] * scale                          packed once, t < D
 //   st[j] = sum over t of qt[t] * k[t, j]               a block of kKeyBlock keys
 //   st[j] = exp(st[j] - max)                            running max raised first
-//   ot[e] = ot[e] * exp(old max - max) + sum over j of st[j] * v[j, e]
+//   ot[e] = ot[e] * exp(old max - max) + sum over j of st[j] * v[j, e]   (the
+//           rescale on the way into the product's sums; none in the first block)
 // and at the end y[rows, e] = ot[e] / (running sum of exps). Both products
 // are one tile routine (TileProduct): kRows-float columns times scalars
 // broadcast from k or v through their strides, so any perm of K and V runs
@@ -49,16 +50,17 @@ constexpr int kTileCols = HWY_TARGET <= HWY_AVX3 ? 8 : 4;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// c[j] = (kAccumulate ? c[j] : 0) + sum over t < n of a[t] * b[t * b_step + j * b_col]
-// for j < kCols, each a[t] and c[j] a column of kRows floats.
+// c[j] = (kAccumulate ? c[j] * scale : 0) + sum over t < n of a[t] * b[t * b_step + j * b_col]
+// for j < kCols, each a[t] and c[j] a column of kRows floats, scale one
+// factor per row (its two vectors).
 template <int kCols, bool kAccumulate>
 HWY_INLINE void TileUpdate(const float* HWY_RESTRICT a, int64_t n, const float* b, int64_t b_step,
-                           int64_t b_col, float* HWY_RESTRICT c) {
+                           int64_t b_col, const V* scale, float* HWY_RESTRICT c) {
   const D d;
   V lo[kCols], hi[kCols];
   for (int j = 0; j < kCols; ++j) {
-    lo[j] = kAccumulate ? hn::Load(d, c + j * kRows) : hn::Zero(d);
-    hi[j] = kAccumulate ? hn::Load(d, c + j * kRows + kLanes) : hn::Zero(d);
+    lo[j] = kAccumulate ? hn::Mul(hn::Load(d, c + j * kRows), scale[0]) : hn::Zero(d);
+    hi[j] = kAccumulate ? hn::Mul(hn::Load(d, c + j * kRows + kLanes), scale[1]) : hn::Zero(d);
   }
   for (int64_t t = 0; t < n; ++t, a += kRows, b += b_step) {
     const V a_lo = hn::Load(d, a), a_hi = hn::Load(d, a + kLanes);
@@ -77,11 +79,11 @@ HWY_INLINE void TileUpdate(const float* HWY_RESTRICT a, int64_t n, const float* 
 // TileUpdate over `cols` columns.
 template <bool kAccumulate>
 void TileProduct(const float* a, int64_t n, const float* b, int64_t b_step, int64_t b_col, int64_t cols,
-                 float* c) {
+                 const V* scale, float* c) {
   int64_t j = 0;
   for (; j + kTileCols <= cols; j += kTileCols)
-    TileUpdate<kTileCols, kAccumulate>(a, n, b + j * b_col, b_step, b_col, c + j * kRows);
-  for (; j < cols; ++j) TileUpdate<1, kAccumulate>(a, n, b + j * b_col, b_step, b_col, c + j * kRows);
+    TileUpdate<kTileCols, kAccumulate>(a, n, b + j * b_col, b_step, b_col, scale, c + j * kRows);
+  for (; j < cols; ++j) TileUpdate<1, kAccumulate>(a, n, b + j * b_col, b_step, b_col, scale, c + j * kRows);
 }
 
 // With 512-bit vectors, a 16 x 16 block of floats turns around in registers
@@ -163,9 +165,10 @@ void AddMask(const float* mask, int64_t row_step, int64_t col_step, int64_t rows
     for (int64_t j = 0; j < keys; ++j) st[j * kRows + r] += mask[r * row_step + j * col_step];
 }
 
-// Per row (lane): the largest score so far and the sum of exp(score - it).
+// Per row (lane): the largest score so far, the sum of exp(score - it), and
+// exp(previous largest - it), the factor the output sums so far are scaled by.
 struct Running {
-  V max[2], sum[2];
+  V max[2], sum[2], alpha[2];
 };
 
 // The larger of `max` and `count` vectors of scores, s + j * step for j <
@@ -184,9 +187,9 @@ HWY_INLINE V BlockMax(const float* s, int64_t count, int64_t step, V max) {
 }
 
 // Raises the running max over a block of scores, turns the scores into
-// exp(score - max), and rescales the sum and the accumulator ot (dv columns)
-// to the new max.
-void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) {
+// exp(score - max), and rescales the sum to the new max (the output sums are
+// rescaled by run.alpha as P·V's product loads them).
+void SoftmaxBlock(float* st, int64_t keys, Running& run) {
   const D d;
   for (int h = 0; h < 2; ++h) {
     float* s = st + h * kLanes;
@@ -202,10 +205,7 @@ void SoftmaxBlock(float* st, int64_t keys, float* ot, int64_t dv, Running& run) 
     }
     run.sum[h] = hn::MulAdd(run.sum[h], alpha, sum);
     run.max[h] = max;
-    for (int64_t e = 0; e < dv; ++e) {
-      float* o = ot + e * kRows + h * kLanes;
-      hn::Store(hn::Mul(hn::Load(d, o), alpha), d, o);
-    }
+    run.alpha[h] = alpha;
   }
 }
 
@@ -255,7 +255,6 @@ void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* s
   const float* v = at(p.v, p.v_stride);
   const float* mask = p.mask ? at(p.mask, p.mask_stride) + row0 * p.mask_stride[2] : nullptr;
   PackQueries(at(p.q, p.q_stride) + row0 * p.q_stride[2], p.q_stride[2], p.q_stride[3], rows, p.d, p.scale, qt);
-  std::fill(ot, ot + p.dv * kRows, 0.0f);
   Running run;
   for (int h = 0; h < 2; ++h) {
     run.max[h] = hn::Set(D(), -kInf);
@@ -263,10 +262,14 @@ void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* s
   }
   for (int64_t key0 = 0; key0 < p.sk; key0 += kKeyBlock) {
     const int64_t keys = std::min(kKeyBlock, p.sk - key0);
-    TileProduct<false>(qt, p.d, k + key0 * p.k_stride[3], p.k_stride[2], p.k_stride[3], keys, st);
+    TileProduct<false>(qt, p.d, k + key0 * p.k_stride[3], p.k_stride[2], p.k_stride[3], keys, nullptr, st);
     if (mask) AddMask(mask + key0 * p.mask_stride[3], p.mask_stride[2], p.mask_stride[3], rows, keys, st);
-    SoftmaxBlock(st, keys, ot, p.dv, run);
-    TileProduct<true>(st, keys, v + key0 * p.v_stride[2], p.v_stride[2], p.v_stride[3], p.dv, ot);
+    SoftmaxBlock(st, keys, run);
+    const float* v_block = v + key0 * p.v_stride[2];
+    if (key0 == 0)  // ot's first sums: nothing to load or rescale
+      TileProduct<false>(st, keys, v_block, p.v_stride[2], p.v_stride[3], p.dv, nullptr, ot);
+    else
+      TileProduct<true>(st, keys, v_block, p.v_stride[2], p.v_stride[3], p.dv, run.alpha, ot);
   }
   WriteRows(run, ot, rows, p.dv, at(p.y, p.y_stride) + row0 * p.y_stride[2], p.y_stride[2], p.y_stride[3]);
 }
