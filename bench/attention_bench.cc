@@ -4,12 +4,20 @@
 // bf16, fused f32, ...) so drift on a shared machine hits all alike; medians.
 //
 //   build/bench/kiln_bench_attention [--tokens 256,1024,4096] [--heads 8] [--head-dim 64] [--iters 5]
+//                                    [--layout heads-first|tokens-first]
+//
+// heads-first (the default): q and v [1, H, S, D], k [1, H, D, S], each
+// head's rows contiguous. tokens-first: q, k, v and y [1, S, H, D], as a
+// model's projections leave them (each token's heads side by side, a head's
+// rows H * D floats apart); the fused op reads them through its perms, the
+// unfused graph transposes them as exported models do.
 //
 // The unfused graph's scores are a [heads, S, S] f32 tensor in the arena
 // (512 MiB at 4096 tokens and 8 heads); the fused kernel never writes them.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -30,21 +38,49 @@ struct Variant {
   std::vector<double> ms;
 };
 
-// q [1, H, S, D], k [1, H, D, S], v [1, H, S, D] -> attention, fused (one
-// kiln.Attention) or as MatMul, Mul by the scale, Softmax, MatMul.
-Graph attention_graph(int64_t heads, int64_t tokens, int64_t dim, bool fused) {
+// The inputs' shapes for a layout (see the top of the file): q, k, v.
+std::array<Shape, 3> input_shapes(bool tokens_first, int64_t heads, int64_t tokens, int64_t dim) {
+  if (tokens_first) return {Shape{1, tokens, heads, dim}, Shape{1, tokens, heads, dim}, Shape{1, tokens, heads, dim}};
+  return {Shape{1, heads, tokens, dim}, Shape{1, heads, dim, tokens}, Shape{1, heads, tokens, dim}};
+}
+
+// q, k, v -> attention, fused (one kiln.Attention) or as MatMul, Mul by the
+// scale, Softmax, MatMul (tokens-first: with Transposes around them).
+Graph attention_graph(int64_t heads, int64_t tokens, int64_t dim, bool fused, bool tokens_first) {
+  using Ints = std::vector<int64_t>;
   Graph g;
   g.opset = 18;
-  Value* q = g.add_input("q", DType::kF32, sym_shape_from({1, heads, tokens, dim}));
-  Value* k = g.add_input("k", DType::kF32, sym_shape_from({1, heads, dim, tokens}));
-  Value* v = g.add_input("v", DType::kF32, sym_shape_from({1, heads, tokens, dim}));
+  const auto shapes = input_shapes(tokens_first, heads, tokens, dim);
+  Value* q = g.add_input("q", DType::kF32, sym_shape_from(shapes[0]));
+  Value* k = g.add_input("k", DType::kF32, sym_shape_from(shapes[1]));
+  Value* v = g.add_input("v", DType::kF32, sym_shape_from(shapes[2]));
   Value* y = g.add_value("y");
   const float scale = 1.0f / std::sqrt(float(dim));
+  auto transpose = [&](Value* x, const std::string& name, Ints perm, Value* to = nullptr) {
+    Attributes a;
+    a.set("perm", std::move(perm));
+    if (!to) to = g.add_value(name);
+    g.add_node(OpKind::kTranspose, name, {x}, {to}, a);
+    return to;
+  };
   if (fused) {
     Attributes a;
     a.set("scale", scale);
+    if (tokens_first) {
+      a.set("q_perm", Ints{0, 2, 1, 3});
+      a.set("k_perm", Ints{0, 2, 3, 1});
+      a.set("v_perm", Ints{0, 2, 1, 3});
+      a.set("out_perm", Ints{0, 2, 1, 3});
+    }
     g.add_node(OpKind::kAttention, "attention", {q, k, v}, {y}, a);
   } else {
+    Value* out = y;
+    if (tokens_first) {
+      q = transpose(q, "q_heads", {0, 2, 1, 3});
+      k = transpose(k, "k_heads", {0, 2, 3, 1});
+      v = transpose(v, "v_heads", {0, 2, 1, 3});
+      out = g.add_value("y_heads");
+    }
     Value* scores = g.add_value("scores");
     Value* scaled = g.add_value("scaled");
     Value* probs = g.add_value("probs");
@@ -55,7 +91,8 @@ Graph attention_graph(int64_t heads, int64_t tokens, int64_t dim, bool fused) {
     g.add_node(OpKind::kMatMul, "scores", {q, k}, {scores});
     g.add_node(OpKind::kMul, "scale", {scores, g.add_constant("scale_value", std::move(s))}, {scaled});
     g.add_node(OpKind::kSoftmax, "softmax", {scaled}, {probs}, axis);
-    g.add_node(OpKind::kMatMul, "values", {probs, v}, {y});
+    g.add_node(OpKind::kMatMul, "values", {probs, v}, {out});
+    if (tokens_first) transpose(out, "y_tokens", {0, 2, 1, 3}, y);
   }
   g.mark_output(y);
   return g;
@@ -77,6 +114,7 @@ int run(int argc, char** argv) {
   std::vector<int64_t> token_counts = {256, 1024, 4096};
   int64_t heads = 8, dim = 64;
   int iters = 5;
+  bool tokens_first = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--tokens") {
@@ -93,25 +131,32 @@ int run(int argc, char** argv) {
       dim = std::atoll(value.c_str());
     } else if (flag == "--iters") {
       iters = std::atoi(value.c_str());
+    } else if (flag == "--layout") {
+      if (value != "heads-first" && value != "tokens-first") {
+        fmt::print(stderr, "--layout takes heads-first or tokens-first, not {}\n", value);
+        return 2;
+      }
+      tokens_first = value == "tokens-first";
     } else {
       fmt::print(stderr, "unknown flag {}\n", flag);
       return 2;
     }
   }
-  fmt::print("attention, {} heads x {} dims, batch 1; median of {} runs each, interleaved\n", heads, dim, iters);
+  fmt::print("attention, {} heads x {} dims, batch 1, {}; median of {} runs each, interleaved\n", heads, dim,
+             tokens_first ? "tokens first" : "heads first", iters);
   fmt::print("{:>7} {:>5} {:>12} {:>12} {:>10} {:>10} {:>8}\n", "tokens", "dtype", "fused ms", "unfused ms", "fused GF/s",
              "unfused", "speedup");
   for (int64_t tokens : token_counts) {
     std::mt19937 rng(1);
-    const Tensor q = random_tensor({1, heads, tokens, dim}, rng), k = random_tensor({1, heads, dim, tokens}, rng),
-                 v = random_tensor({1, heads, tokens, dim}, rng);
+    const auto shapes = input_shapes(tokens_first, heads, tokens, dim);
+    const Tensor q = random_tensor(shapes[0], rng), k = random_tensor(shapes[1], rng), v = random_tensor(shapes[2], rng);
     std::vector<Variant> variants;
     for (bool bf16 : {false, true})
       for (bool fused : {true, false}) {
         PassOptions passes;
         passes.disabled = {"fuse_attention"};  // the unfused graph stays unfused
         if (bf16) passes.precision.compute = DType::kBF16;
-        auto plan = Plan::compile(attention_graph(heads, tokens, dim, fused), {.passes = passes});
+        auto plan = Plan::compile(attention_graph(heads, tokens, dim, fused, tokens_first), {.passes = passes});
         if (!plan.ok()) {
           fmt::print(stderr, "{}\n", plan.status().message());
           return 1;
