@@ -89,8 +89,7 @@ void TileProduct(const float* a, int64_t n, const float* b, int64_t b_step, int6
 // With 512-bit vectors, a 16 x 16 block of floats turns around in registers
 // in 64 shuffles, against 16 gathers of 16 scattered floats. In perf of
 // dit_small (Q's rows 384 floats apart), PackQueries' share of the samples
-// went 1.22 % -> 0.69 % with it; WriteRows' stayed at 0.63 % (its stores to
-// y miss the cache either way). The model's attention steps, binaries
+// went 1.22 % -> 0.69 % with it; the model's attention steps, binaries
 // alternated 10 times (kiln profile): median 5.38 -> 5.28 ms.
 #define KILN_TRANSPOSE16 (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
 #if KILN_TRANSPOSE16
@@ -211,37 +210,27 @@ void SoftmaxBlock(float* st, int64_t keys, Running& run) {
 
 // y[r, e] = ot[e][r] / sum[r]. A row whose max is not finite (every score
 // -inf, or a NaN or +inf among them) is NaN throughout, as softmax gives.
-// Where y's rows are contiguous, 16 columns at a time by Transpose16 with
-// 512-bit vectors, else kLanes of a row a gather.
+// Where y's rows are contiguous, kLanes of a row a gather. (Transpose16
+// here instead left WriteRows' share of dit_small's perf samples at 0.63 %
+// against 0.64 %: its stores to y miss the cache either way.)
 void WriteRows(const Running& run, const float* ot, int64_t rows, int64_t dv, float* y, int64_t row_step,
                int64_t col_step) {
   const D d;
-  HWY_ALIGN float max[kRows], scale[kRows];
+  HWY_ALIGN float max[kRows], inv[kRows];
   for (int h = 0; h < 2; ++h) {
     hn::Store(run.max[h], d, max + h * kLanes);
-    hn::Store(hn::Div(hn::Set(d, 1.0f), run.sum[h]), d, scale + h * kLanes);
+    hn::Store(hn::Div(hn::Set(d, 1.0f), run.sum[h]), d, inv + h * kLanes);
   }
-  for (int64_t r = 0; r < kRows; ++r) scale[r] = std::isfinite(max[r]) ? scale[r] : kNaN;
-  const int64_t whole = col_step == 1 ? dv / kLanes * kLanes : 0;  // e written kLanes at once
-#if KILN_TRANSPOSE16
-  for (int64_t e = 0; e < whole; e += 16)
-    for (int64_t h = 0; h < rows; h += 16) {
-      __m512 c[16];
-      for (int64_t j = 0; j < 16; ++j) c[j] = _mm512_load_ps(ot + (e + j) * kRows + h);
-      Transpose16(c);
-      for (int64_t i = 0; i < 16 && h + i < rows; ++i)
-        _mm512_storeu_ps(y + (h + i) * row_step + e, _mm512_mul_ps(c[i], _mm512_set1_ps(scale[h + i])));
-    }
-#else
   const hn::RebindToSigned<D> di;
   const auto columns = hn::Mul(hn::Iota(di, 0), hn::Set(di, int32_t(kRows)));  // ot's stride along e
-  for (int64_t r = 0; r < rows; ++r)
+  const int64_t whole = col_step == 1 ? dv / kLanes * kLanes : 0;  // e read kLanes at once
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::isfinite(max[r]) ? inv[r] : kNaN;
+    float* row = y + r * row_step;
     for (int64_t e = 0; e < whole; e += kLanes)
-      hn::StoreU(hn::Mul(hn::GatherIndex(d, ot + e * kRows + r, columns), hn::Set(d, scale[r])), d,
-                 y + r * row_step + e);
-#endif
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = whole; e < dv; ++e) y[r * row_step + e * col_step] = ot[e * kRows + r] * scale[r];
+      hn::StoreU(hn::Mul(hn::GatherIndex(d, ot + e * kRows + r, columns), hn::Set(d, scale)), d, row + e);
+    for (int64_t e = whole; e < dv; ++e) row[e * col_step] = ot[e * kRows + r] * scale;
+  }
 }
 
 // Rows [row0, row0 + kRows) of batch entry (b0, b1), over every key block.
