@@ -1,17 +1,13 @@
 // CPU kernels for the fused ops: one pass over memory where the unfused
 // subgraph made several (Highway loops, chosen per CPU at run time).
+#include <algorithm>
+
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduction_simd.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
-
-namespace reduction_simd {  // defined in reduction_simd.cc
-void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float eps, const float* scale,
-                     const float* bias, float* mean, float* inv_std);
-void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
-                     int64_t num_channels, float eps, const float* scale, const float* bias, bool silu);
-}
 
 namespace {
 
@@ -79,11 +75,13 @@ Status cpu_ModulatedLayerNorm(KernelContext& ctx) {
   if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
   const int64_t samples = x.shape[0], rows = x.shape[1], c = x.shape[2];
   const TensorView &scale = *ctx.input(1), &shift = *ctx.input(2);
-  const float eps = ctx.attrs().get_float("epsilon", 1e-5f);
-  for (int64_t b = 0; b < samples; ++b)
-    reduction_simd::layer_norm_rows(x.as<float>() + b * rows * c, ctx.output(0)->as<float>() + b * rows * c, rows, c,
-                                    eps, scale.as<float>() + (scale.numel() == c ? 0 : b * c),
-                                    shift.as<float>() + (shift.numel() == c ? 0 : b * c), nullptr, nullptr);
+  const reduction_simd::RowAffine affine{.scale = scale.as<float>(),
+                                         .bias = shift.as<float>(),
+                                         .rows_per_step = std::max<int64_t>(rows, 1),
+                                         .scale_step = scale.numel() == c ? 0 : c,
+                                         .bias_step = shift.numel() == c ? 0 : c};
+  reduction_simd::layer_norm_rows(x.as<float>(), ctx.output(0)->as<float>(), samples * rows, c,
+                                  ctx.attrs().get_float("epsilon", 1e-5f), affine, nullptr, nullptr);
   return ok_status();
 }
 

@@ -13,21 +13,10 @@
 #include <type_traits>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduction_simd.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
-
-namespace reduction_simd {  // defined in reduction_simd.cc
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t n);
-void sum_rows(const float* x, float* y, int64_t rows, int64_t n, float scale);
-void max_rows(const float* x, float* y, int64_t rows, int64_t n);
-void sum_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float scale);
-void max_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner);
-void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float eps,
-                     const float* scale, const float* bias, float* mean, float* inv_std);
-void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t channels,
-                        float eps, const float* scale, const float* bias);
-}  // namespace reduction_simd
 
 namespace {
 
@@ -268,7 +257,7 @@ Status cpu_LayerNormalization(KernelContext& ctx) {
   TensorView* mean = ctx.output(1);
   TensorView* inv_std = ctx.output(2);
   reduction_simd::layer_norm_rows(x.as<float>(), ctx.output(0)->as<float>(), p.outer, cols,
-                                  ctx.attrs().get_float("epsilon", 1e-5f), scale, bias,
+                                  ctx.attrs().get_float("epsilon", 1e-5f), {.scale = scale, .bias = bias},
                                   mean ? mean->as<float>() : nullptr,
                                   inv_std ? inv_std->as<float>() : nullptr);
   return ok_status();

@@ -9,6 +9,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/reduction_simd.cc"
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/reduction_simd.h"
 
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
@@ -51,28 +52,43 @@ HWY_INLINE void StoreTail(D d, V v, float* p, int64_t n) {
 
 HWY_INLINE V MaxNaN(V a, V b) { return hn::IfThenElse(hn::Or(hn::Lt(a, b), hn::IsNaN(b)), b, a); }
 
-// Sum over x[0, n) of f(vector of x).
-template <class F>
-HWY_INLINE double SumRow(const float* x, int64_t n, const F& f) {
+// The sums over kRows rows of n (n apart, from x) of f(r, vector of row r),
+// into total[r]. The rows' adds go in turn, so that each row's chain of
+// dependent adds, and its reduction at the end, overlap the others': one row
+// has four accumulators, more rows fewer each.
+template <int kRows, class F>
+HWY_INLINE void SumRowsTogether(const float* x, int64_t n, const F& f, double* total) {
+  constexpr int kAccumulators = kRows >= 4 ? 1 : 4 / kRows;
   const D d;
   const int64_t N = int64_t(hn::Lanes(d));
-  double total = 0;
+  for (int r = 0; r < kRows; ++r) total[r] = 0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t len = std::min(kBlock, n - b);
     const float* p = x + b;
-    V a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+    V acc[kRows][kAccumulators];
+    for (auto& row : acc)
+      for (V& a : row) a = hn::Zero(d);
     int64_t i = 0;
-    for (; i + 4 * N <= len; i += 4 * N) {
-      a0 = hn::Add(a0, f(hn::LoadU(d, p + i)));
-      a1 = hn::Add(a1, f(hn::LoadU(d, p + i + N)));
-      a2 = hn::Add(a2, f(hn::LoadU(d, p + i + 2 * N)));
-      a3 = hn::Add(a3, f(hn::LoadU(d, p + i + 3 * N)));
-    }
-    for (; i + N <= len; i += N) a0 = hn::Add(a0, f(hn::LoadU(d, p + i)));
+    for (; i + kAccumulators * N <= len; i += kAccumulators * N)
+      for (int u = 0; u < kAccumulators; ++u)
+        for (int r = 0; r < kRows; ++r) acc[r][u] = hn::Add(acc[r][u], f(r, hn::LoadU(d, p + r * n + i + u * N)));
+    for (; i + N <= len; i += N)
+      for (int r = 0; r < kRows; ++r) acc[r][0] = hn::Add(acc[r][0], f(r, hn::LoadU(d, p + r * n + i)));
     if (i < len)
-      a1 = hn::Add(a1, hn::IfThenElseZero(hn::FirstN(d, size_t(len - i)), f(LoadTail(d, p + i, len - i, 0))));
-    total += double(hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))));
+      for (int r = 0; r < kRows; ++r)
+        acc[r][0] = hn::Add(acc[r][0], hn::IfThenElseZero(hn::FirstN(d, size_t(len - i)),
+                                                          f(r, LoadTail(d, p + r * n + i, len - i, 0))));
+    for (int r = 0; r < kRows; ++r) {
+      V sum = acc[r][0];
+      for (int u = 1; u < kAccumulators; ++u) sum = hn::Add(sum, acc[r][u]);
+      total[r] += double(hn::GetLane(hn::SumOfLanes(d, sum)));
+    }
   }
+}
+template <class F>
+HWY_INLINE double SumRow(const float* x, int64_t n, const F& f) {
+  double total;
+  SumRowsTogether<1>(x, n, [&f](int, V v) { return f(v); }, &total);
   return total;
 }
 
@@ -136,17 +152,23 @@ HWY_INLINE void SoftmaxRow(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= inv;
 }
 
-// Mean and 1/sqrt(variance + eps) of x[0, n), two passes for accuracy.
-HWY_INLINE void MeanInvStd(const float* x, int64_t n, float eps, float& mean, float& inv_std) {
+// Mean and 1/sqrt(variance + eps) of kRows rows of n (n apart, from x), two
+// passes for accuracy.
+template <int kRows>
+HWY_INLINE void MeanInvStd(const float* x, int64_t n, float eps, float* mean, float* inv_std) {
   const D d;
-  const double m = SumRow(x, n, [](V v) { return v; }) / double(n);
-  const V vm = hn::Set(d, float(m));
-  const double var = SumRow(x, n, [vm](V v) {
-                       const V t = hn::Sub(v, vm);
-                       return hn::Mul(t, t);
-                     }) / double(n);
-  mean = float(m);
-  inv_std = float(1.0 / std::sqrt(var + double(eps)));
+  double sum[kRows], squares[kRows];
+  SumRowsTogether<kRows>(x, n, [](int, V v) { return v; }, sum);
+  V vmean[kRows];
+  for (int r = 0; r < kRows; ++r) mean[r] = float(sum[r] / double(n)), vmean[r] = hn::Set(d, mean[r]);
+  SumRowsTogether<kRows>(x, n, [&vmean](int r, V v) {
+    const V t = hn::Sub(v, vmean[r]);
+    return hn::Mul(t, t);
+  }, squares);
+  for (int r = 0; r < kRows; ++r) inv_std[r] = float(1.0 / std::sqrt(squares[r] / double(n) + double(eps)));
+}
+HWY_INLINE void MeanInvStd(const float* x, int64_t n, float eps, float& mean, float& inv_std) {
+  MeanInvStd<1>(x, n, eps, &mean, &inv_std);
 }
 
 // y = (x - mean) * inv_std * scale + bias, scale and bias per element (bias may be null).
@@ -222,14 +244,29 @@ void MaxColumns(const float* x, float* y, int64_t outer, int64_t n, int64_t inne
   ReduceColumns(x, y, outer, n, inner, -kInf, 1.0f, [](V a, V b) { return MaxNaN(a, b); }, max_nan);
 }
 
-void LayerNormRows(const float* x, float* y, int64_t rows, int64_t n, float eps, const float* scale,
-                   const float* bias, float* mean_out, float* inv_std_out) {
-  parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) {
-    float mean, inv_std;
-    MeanInvStd(x + r * n, n, eps, mean, inv_std);
-    NormalizeRow(x + r * n, y + r * n, n, mean, inv_std, scale, bias);
-    if (mean_out) mean_out[r] = mean;
-    if (inv_std_out) inv_std_out[r] = inv_std;
+// Rows in groups of four, whose statistics are taken together (see
+// SumRowsTogether): 512 rows of 384 (dit_small's), warm in the caches, took
+// 24.3-25.0 us on two threads against 27.4-28.2 one row at a time (best of
+// 200 runs, three alternated runs). In the model, where half of each row
+// comes from the other core's cache, the difference is lost in the noise.
+void LayerNormRows(const float* x, float* y, int64_t rows, int64_t n, float eps, const RowAffine& affine,
+                   float* mean_out, float* inv_std_out) {
+  constexpr int64_t kAtOnce = 4;
+  auto normalize = [&]<int kRows>(int64_t r0) {
+    float mean[kRows], inv_std[kRows];
+    MeanInvStd<kRows>(x + r0 * n, n, eps, mean, inv_std);
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t r = r0 + i, step = r / affine.rows_per_step;
+      NormalizeRow(x + r * n, y + r * n, n, mean[i], inv_std[i], affine.scale + step * affine.scale_step,
+                   affine.bias ? affine.bias + step * affine.bias_step : nullptr);
+      if (mean_out) mean_out[r] = mean[i];
+      if (inv_std_out) inv_std_out[r] = inv_std[i];
+    }
+  };
+  parallel_for((rows + kAtOnce - 1) / kAtOnce, rows * n >= kParallelMinElements, [&](int64_t group) {
+    const int64_t r0 = group * kAtOnce;
+    if (r0 + kAtOnce <= rows) return normalize.template operator()<kAtOnce>(r0);
+    for (int64_t r = r0; r < rows; ++r) normalize.template operator()<1>(r);
   });
 }
 
@@ -275,7 +312,6 @@ HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(InstanceNormRows);
 HWY_EXPORT(GroupNormRows);
 
-// Declared in cpu/reduction.cc (and group_norm_rows in cpu/fused.cc).
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SoftmaxRows)(x, y, rows, n);
 }
@@ -291,9 +327,9 @@ void sum_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inn
 void max_columns(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
   HWY_DYNAMIC_DISPATCH(MaxColumns)(x, y, outer, n, inner);
 }
-void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float eps,
-                     const float* scale, const float* bias, float* mean, float* inv_std) {
-  HWY_DYNAMIC_DISPATCH(LayerNormRows)(x, y, rows, n, eps, scale, bias, mean, inv_std);
+void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t n, float eps, const RowAffine& affine,
+                     float* mean, float* inv_std) {
+  HWY_DYNAMIC_DISPATCH(LayerNormRows)(x, y, rows, n, eps, affine, mean, inv_std);
 }
 void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64_t channels,
                         float eps, const float* scale, const float* bias) {
