@@ -56,7 +56,19 @@ HWY_INLINE V per_lane(D d, V x, float (*fn)(float)) {
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
   x = hn::Max(x, hn::Set(d, -88.0f));
-  const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504f)));
+  // n = round(x log2(e)) by adding 1.5 * 2^23, whose ulp is 1: the sum's
+  // low mantissa bits are then n + 2^22, which give 2^n's exponent below
+  // with one integer add, where a round and a conversion (with Highway's
+  // range fix-up, 4 more instructions) took 6. GELU-tanh and SiLU over 4096
+  // floats in L1, one thread, Zen 5: 4.95-5.02 -> 4.32-4.41 and 4.39-4.44
+  // -> 3.87-3.92 ns per 16 floats. Every x in [-inf, 0] gives the bits it
+  // gave before on SSSE3; on AVX-512 six differ (GCC fuses the multiply
+  // and the add, which moves a tie's rounding), all within the same
+  // accuracy: 1.0103 ulp at worst against double exp on [-87, 0], before
+  // and after, every float checked.
+  const V shifter = hn::Set(d, 12582912.0f);
+  const V shifted = hn::Add(hn::Mul(x, hn::Set(d, 1.44269504f)), shifter);
+  const V n = hn::Sub(shifted, shifter);
   const V r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), hn::MulAdd(n, hn::Set(d, -0.693359375f), x));
   V p = hn::Set(d, 1.9875691500e-4f);
   p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
@@ -65,7 +77,8 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   const V e_r = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(d, 1.0f));
-  return hn::Mul(e_r, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)))));
+  const auto biased = hn::Add(hn::BitCast(di, shifted), hn::Set(di, 127 - 0x4B400000));  // n + 127
+  return hn::Mul(e_r, hn::BitCast(d, hn::ShiftLeft<23>(biased)));
 }
 
 struct SqrtOp {
