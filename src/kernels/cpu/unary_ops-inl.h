@@ -179,8 +179,8 @@ struct GeluOp {
 // x e / (1 + e) below.
 struct GeluTanhOp {
   HWY_INLINE V operator()(D d, V x) const {
-    const V x3 = hn::Mul(hn::Mul(x, x), x);
-    const V minus_2z = hn::Mul(hn::MulAdd(x3, hn::Set(d, 0.044715f), x), hn::Set(d, -1.5957691216057308f));
+    const V minus_2z = hn::Mul(x, hn::MulAdd(hn::Mul(x, x), hn::Set(d, -0.044715f * 1.5957691216057308f),
+                                             hn::Set(d, -1.5957691216057308f)));
     const V e = ExpNonPositive(d, hn::Neg(hn::Abs(minus_2z)));
     const V r = hn::Div(x, hn::Add(hn::Set(d, 1.0f), e));
     return hn::IfThenElse(hn::Gt(minus_2z, hn::Zero(d)), hn::Mul(r, e), r);
