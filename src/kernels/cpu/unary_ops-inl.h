@@ -186,10 +186,19 @@ struct GeluTanhOp {
     return hn::IfThenElse(hn::Gt(minus_2z, hn::Zero(d)), hn::Mul(r, e), r);
   }
 };
-// x sigmoid(alpha x): SiLU at alpha 1, CLIP's quick GELU at 1.702.
+// x sigmoid(alpha x): SiLU at alpha 1, CLIP's quick GELU at 1.702. As in
+// GeluTanhOp, x / (1 + e) with e = exp(-|alpha x|), times e where alpha x < 0:
+// one divide with x on top rather than a sigmoid, then a product. SiLU over
+// 4096 floats in L1, one thread, three alternated runs: 3.96-4.04 -> 3.51-3.53
+// ns per 16 floats. A NaN stays NaN: the divide or the product carries it.
 struct SiluOp {
   float alpha;
-  HWY_INLINE V operator()(D d, V x) const { return hn::Mul(x, SigmoidOp()(d, hn::Mul(x, hn::Set(d, alpha)))); }
+  HWY_INLINE V operator()(D d, V x) const {
+    const V ax = hn::Mul(x, hn::Set(d, alpha));
+    const V e = ExpNonPositive(d, hn::Neg(hn::Abs(ax)));
+    const V r = hn::Div(x, hn::Add(hn::Set(d, 1.0f), e));
+    return hn::IfThenElse(hn::Lt(ax, hn::Zero(d)), hn::Mul(r, e), r);
+  }
 };
 struct ReluOp {
   HWY_INLINE V operator()(D d, V x) const {
