@@ -190,9 +190,21 @@ const UnaryCase kUnary[] = {
     {OpKind::kLeakyRelu, -3, 3, 1e-7}, {OpKind::kCos, -50, 50, 1e-6},
     {OpKind::kSin, -50, 50, 1e-6},     {OpKind::kLeakyRelu, -3, 3, 1e-7, attrs({{"alpha", 0.2f}})},
 };
+// The fused activations (f32 only; the GEMM epilogue's too), on the same loops.
+const UnaryCase kFusedActivations[] = {
+    {OpKind::kSilu, -20, 20, 1e-6},
+    {OpKind::kSilu, -8, 8, 1e-6, attrs({{"alpha", 1.702f}})},
+    {OpKind::kGelu, -10, 10, 1e-6},
+    {OpKind::kGelu, -10, 10, 1e-6, attrs({{"approximate", std::string("tanh")}})},
+};
+std::vector<UnaryCase> f32_unary_cases() {
+  std::vector<UnaryCase> cases(std::begin(kUnary), std::end(kUnary));
+  cases.insert(cases.end(), std::begin(kFusedActivations), std::end(kFusedActivations));
+  return cases;
+}
 
 TEST(Elementwise, UnaryF32) {
-  for (const UnaryCase& u : kUnary) {
+  for (const UnaryCase& u : f32_unary_cases()) {
     // Sizes: rank 0, a SIMD tail, several vectors plus a tail, threaded, 0-size.
     for (Shape s : {Shape{}, Shape{5}, Shape{3, 37}, Shape{4, 9000}, Shape{0, 4}}) {
       OpCase c{std::string(op_name(u.op)) + " " + shape_to_string(s),
@@ -239,7 +251,7 @@ TEST(Elementwise, UnarySpecialValues) {
   const std::vector<double> specials = {nan,  inf,   -inf, 0,    -0.0, 1e-40, -1e-40,
                                         1e30, -1e30, 100,  -100, 88.5, 89,    -87.5,
                                         -104, 5e4,   -4e4, 0.5,  -2,   1,     1e-20};
-  for (const UnaryCase& u : kUnary) {
+  for (const UnaryCase& u : f32_unary_cases()) {
     OpCase c{std::string(op_name(u.op)) + " specials",
              u.op,
              u.attrs,
