@@ -323,7 +323,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       // A tile cut short by C's last columns, or one with an epilogue, keeps
       // its sums in `stage` (L1), which Finish reads: C is then only
       // written, where reading the sums back from C waited for its lines
-      // (C's first writing; 5-6 % of dit_small's samples sat in Finish,
+      // (C's first writing; 5.4-6.4 % of dit_small's samples sat in Finish,
       // most of them on that load and on the residual's). The residual's
       // lines, written long before, are asked for now and arrive while the
       // products run.
