@@ -6,11 +6,14 @@
 // kernels and compiles) and the whole generation's wall time (tokenizer, text
 // encoder, denoise loop and VAE decode: what bench/compare times PyTorch and
 // ONNX Runtime on). --save-latents DIR writes each mode's final latents as
-// DIR/<mode>.npy, to check them against a reference.
+// DIR/<mode>.npy, to check them against a reference. --json prints the
+// medians as one JSON object instead of the table (bench/compare reads it).
 //
 //   build/bench/kiln_bench_pipeline [--model tests/models/tiny-sd] [--steps 20] [--reps 15]
-//       [--prompt TEXT] [--seed N] [--save-latents DIR]
+//       [--prompt TEXT] [--seed N] [--save-latents DIR] [--json]
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -48,8 +51,13 @@ int main(int argc, char** argv) {
   std::string prompt = "a red circle on a blue background", latents_dir;
   int steps = 20, reps = 15;
   uint64_t seed = 1;
-  if (argc % 2 == 0) return fail(fmt::format("{} needs a value", argv[argc - 1]));
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool json = false;
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--json")) {
+      json = true, --i;
+      continue;
+    }
+    if (i + 1 == argc) return fail(fmt::format("{} needs a value", argv[i]));
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
@@ -58,7 +66,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--save-latents")) latents_dir = argv[i + 1];
     else
       return fail(fmt::format("unknown flag {} (flags: --model DIR, --steps N, --reps N, --prompt TEXT, --seed N, "
-                              "--save-latents DIR)",
+                              "--save-latents DIR, --json)",
                               argv[i]));
   }
   if (steps < 1 || reps < 1) return fail("--steps and --reps must be positive");
@@ -88,6 +96,16 @@ int main(int argc, char** argv) {
       m.overhead.push_back(g->times.host_overhead_per_step(steps));
     }
 
+  if (json) {
+    nlohmann::ordered_json j = {{"model", model}, {"steps", steps}, {"rounds", reps}};
+    for (const ModeRun& m : modes)
+      j["modes"][m.name] = {{"denoise_ms", median(m.denoise)},
+                            {"kernels_ms", median(m.model)},
+                            {"host_overhead_ms_per_step", median(m.overhead)},
+                            {"total_ms", median(m.total)}};
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
   fmt::print("{}: {} steps, {} rounds, medians\n", model, steps, reps);
   fmt::print("{:<12}{:>14}{:>12}{:>16}{:>24}{:>14}{:>12}\n", "mode", "denoise ms", "ms/step", "kernels ms",
              "host overhead ms/step", "vs eager", "total ms");

@@ -143,14 +143,13 @@ def pipeline_bench(reps=10):
     os.makedirs(latents_dir, exist_ok=True)
     exe = os.path.join(ROOT, "build", "bench", "kiln_bench_pipeline")
     out, _ = run_measured([exe, "--model", pipeline.PIPELINE, "--steps", str(c["steps"]), "--prompt", c["prompt"],
-                           "--seed", str(c["seed"]), "--reps", str(reps), "--save-latents", latents_dir])
+                           "--seed", str(c["seed"]), "--reps", str(reps), "--save-latents", latents_dir,
+                           "--json"])
     rows = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 7 and parts[0] in ("eager", "graph", "graph-loop") and re.fullmatch(r"[\d.]+", parts[1]):
-            error = np.abs(np.load(os.path.join(latents_dir, parts[0] + ".npy")) - reference).max()
-            rows[f"kiln {parts[0]} f32"] = {"median_ms": float(parts[6]), "denoise_ms": float(parts[1]),
-                                            "max_error": float(error)}
+    for mode, got in json.loads(out.strip().splitlines()[-1])["modes"].items():
+        error = np.abs(np.load(os.path.join(latents_dir, mode + ".npy")) - reference).max()
+        rows[f"kiln {mode} f32"] = {"median_ms": got["total_ms"], "denoise_ms": got["denoise_ms"],
+                                    "max_error": float(error)}
     out, _ = run_measured([sys.executable, os.path.join(ROOT, "bench", "compare", "pipeline.py"), "torch",
                            "--reps", str(reps), "--threads", THREADS])
     rows["PyTorch eager f32"] = json.loads(out.strip().splitlines()[-1])
