@@ -537,17 +537,19 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
     for (int64_t t = 0, n = tiles_in(all); t < n; ++t) run_tile(all, t);
     return;
   }
+  std::array<Part, kMaxParts> grid;
   std::array<PartTiles, kMaxParts> queues;
-  for (int64_t part = 0; part < team; ++part) queues[size_t(part)].reset(tiles_in(part_of(part)));
+  for (size_t part = 0; part < size_t(team); ++part) {
+    grid[part] = part_of(int64_t(part));
+    queues[part].reset(tiles_in(grid[part]));
+  }
   // Each thread drains its own part, then the others' in turn. A team smaller
   // than `team` (a nested region gets one thread) still covers every part.
   parallel_region(true, [&] {
     const int64_t own = omp_get_thread_num() % team;
     for (int64_t k = 0; k < team; ++k) {
-      const int64_t part = (own + k) % team;
-      const Part tiles = part_of(part);
-      for (int64_t t; (t = queues[size_t(part)].take(k == 0 && omp_get_thread_num() < team)) >= 0;)
-        run_tile(tiles, t);
+      const size_t part = size_t((own + k) % team);
+      for (int64_t t; (t = queues[part].take(k == 0 && omp_get_thread_num() < team)) >= 0;) run_tile(grid[part], t);
     }
   });
 }

@@ -8,7 +8,7 @@
 // Never write `#pragma omp parallel ... if (...)` in a kernel: use these.
 //
 //   parallel_for(rows, rows * n >= kParallelMinElements, [&](int64_t r) { ... });
-//   parallel_tasks(points, big, [&](int64_t p) { ... });  // handed out as threads free up
+//   parallel_for<Schedule::kDynamic>(points, big, [&](int64_t p) { ... });  // handed out as threads free up
 //   parallel_ranges(n, big, [&](int64_t begin, int64_t end) { ... });
 //   parallel_region(big, [&] { ... omp_get_thread_num() ... });
 #pragma once
@@ -50,28 +50,24 @@ inline void parallel_region(bool parallel, const Fn& fn) {
   fn();
 }
 
+// How parallel_for hands out its tasks: in equal contiguous shares, or each
+// thread taking the next task as it frees up (for equal, independent tasks of
+// tens of microseconds or more, where a thread the machine delays should not
+// be left a fixed share).
+enum class Schedule { kStatic, kDynamic };
+
 // fn(t) for t in [0, tasks), split across threads when `parallel`.
-template <class Fn>
+template <Schedule kSchedule = Schedule::kStatic, class Fn>
 inline void parallel_for(int64_t tasks, bool parallel, const Fn& fn) {
   if (!worth_threads(parallel) || tasks < 2) {
     for (int64_t t = 0; t < tasks; ++t) fn(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
-}
-
-// The same, each thread taking the next task as it frees up: for equal,
-// independent tasks of tens of microseconds or more, where a thread the
-// machine delays should not be left a fixed share.
-template <class Fn>
-inline void parallel_tasks(int64_t tasks, bool parallel, const Fn& fn) {
-  if (!worth_threads(parallel) || tasks < 2) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
-    return;
-  }
+  } else if constexpr (kSchedule == Schedule::kDynamic) {
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+  }
 }
 
 // fn(begin, end) over [0, n) in contiguous chunks (a few per thread), split

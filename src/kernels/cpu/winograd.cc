@@ -420,13 +420,13 @@ void convolve_as(const Conv& c, const float* x, const T* u, const float* bias, c
     const bool parallel = threads > 1;
     for (int64_t k = 0; k < l.chunks; ++k) {
       parallel_ranges(channels, parallel, [&](int64_t begin, int64_t end) { transform_inputs(k, begin, end, v); });
-      parallel_tasks(c.points(), parallel, [&](int64_t xi) { product(v, m, xi); });
+      parallel_for<Schedule::kDynamic>(c.points(), parallel, [&](int64_t xi) { product(v, m, xi); });
       parallel_ranges(c.out_channels, parallel,
                       [&](int64_t begin, int64_t end) { transform_outputs(k, m, begin, end); });
     }
     return;
   }
-  parallel_tasks(l.chunks, threads > 1, [&](int64_t k) {
+  parallel_for<Schedule::kDynamic>(l.chunks, threads > 1, [&](int64_t k) {
     char* slot = slots + size_t(threads > 1 ? omp_get_thread_num() : 0) * l.slot_bytes;
     T* v = reinterpret_cast<T*>(slot);
     float* m = reinterpret_cast<float*>(slot + l.v_bytes);
