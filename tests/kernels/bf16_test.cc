@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "op_test_util.h"
 #include "passes/pass.h"
@@ -159,6 +162,38 @@ TEST(Bf16, GemmProductsReplayWithoutAllocating) {
     } else if (c.label == "Conv groups") {
       EXPECT_GT(replay_allocations(c), 0);
     }
+  }
+}
+
+// The vector loops that round whole buffers (a bf16 product's f32 operands)
+// give f32_to_bf16's bits for every value: ties both ways, NaNs with
+// payloads, infinities, zeros, subnormals, the largest floats (which round
+// to infinity) and random bit patterns; at lengths with and without a tail
+// of whole vectors, and one split across threads.
+TEST(Bf16, BufferRoundingMatchesTheScalarConversion) {
+  std::vector<uint32_t> bits = {0x3F808000, 0x3F818000, 0xBF808000, 0x3F80FFFF, 0x7FC00000, 0xFFC00001,
+                                0x7F800001, 0x7FBF0000, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000,
+                                0x00000001, 0x007FFFFF, 0x807F8000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000};
+  std::mt19937 rng(7);
+  while (bits.size() < 70000) bits.push_back(uint32_t(rng()));
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  for (const size_t n : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(17), size_t(18), size_t(100),
+                         bits.size()}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<bf16> rounded(n + 1, bf16{0x1234});
+    std::vector<float> through(n + 1, 5.0f);
+    round_to_bf16(x.data(), rounded.data(), int64_t(n), true);
+    round_through_bf16(x.data(), through.data(), int64_t(n), true);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t want = f32_to_bf16(x[i]).bits;
+      ASSERT_EQ(rounded[i].bits, want) << "input bits " << std::hex << bits[i];
+      uint32_t got;
+      std::memcpy(&got, &through[i], sizeof(got));
+      ASSERT_EQ(got, uint32_t(want) << 16) << "input bits " << std::hex << bits[i];
+    }
+    EXPECT_EQ(rounded[n].bits, 0x1234);  // nothing written past n
+    EXPECT_EQ(through[n], 5.0f);
   }
 }
 

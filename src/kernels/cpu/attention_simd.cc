@@ -31,6 +31,7 @@
 
 #include <hwy/highway.h>
 
+#include "kernels/cpu/bf16_round-inl.h"
 #include "kernels/cpu/unary_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -38,6 +39,7 @@ namespace kiln::attention_simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using simd::HWY_NAMESPACE::ExpNonPositive;
+using simd::HWY_NAMESPACE::StoreBf16;
 
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
@@ -261,22 +263,6 @@ void AttendRows(const Problem& p, int64_t b0, int64_t b1, int64_t row0, float* s
       TileProduct<true>(st, keys, v_block, p.v_stride[2], p.v_stride[3], p.dv, run.alpha, ot);
   }
   WriteRows(run, ot, rows, p.dv, at(p.y, p.y_stride) + row0 * p.y_stride[2], p.y_stride[2], p.y_stride[3]);
-}
-
-// e rounded to bf16 (to nearest even; a NaN stays a quiet NaN), as
-// f32_to_bf16 rounds, stored at out.
-HWY_INLINE void StoreBf16(D d, V e, bf16* out) {
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::BitCast(di, e);
-  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 1));
-  auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(di, 0x7FFF), odd)));
-  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(di, 0x40));
-  rounded = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(e)), quiet_nan, rounded);
-  // Only the low 16 bits: the shifts are arithmetic, so a negative e's
-  // sign fills the rest.
-  rounded = hn::And(rounded, hn::Set(di, 0xFFFF));
-  hn::StoreU(hn::DemoteTo(d16, rounded), d16, reinterpret_cast<uint16_t*>(out));
 }
 
 // exp(x[j] - shift) for j < whole (whole vectors), rounded to bf16 into
