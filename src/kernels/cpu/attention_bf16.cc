@@ -127,7 +127,7 @@ void attend(const Problem& p, void* scratch, int threads) {
   char* slots = base + size_t(heads) * l.head_bytes;
   // Each task on one thread; a lone one spreads its products instead.
   const bool parallel = heads * tiles > 1 && threads > 1;
-  parallel_for(heads * tiles, parallel, [&](int64_t task) {
+  parallel_shares(heads * tiles, parallel, [&](int64_t task) {
     char* slot = slots + size_t(parallel ? omp_get_thread_num() : 0) * l.slot_bytes;
     attend_rows(p, l, base, task / tiles, task % tiles * l.rows, slot, !parallel && threads > 1);
   });

@@ -350,7 +350,7 @@ void AttentionF32(const Problem& p, float* scratch, bool parallel) {
   // projection GEMM splitting its columns left in that thread's caches.
   // (Batch first, dit_small's attention steps took 4.50-4.73 ms against
   // 4.30-4.55, kiln profile alternated 5 times.)
-  parallel_for(p.b0 * p.b1 * blocks, parallel, [&](int64_t task) {
+  parallel_shares(p.b0 * p.b1 * blocks, parallel, [&](int64_t task) {
     const int64_t batch = task / blocks;
     AttendRows(p, batch % p.b0, batch / p.b0, task % blocks * kRows,
                scratch + (parallel ? omp_get_thread_num() : 0) * slot);

@@ -38,7 +38,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cassert>
 #include <cstring>
 #include <type_traits>
@@ -452,34 +451,6 @@ void run_block(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
   HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e, prefetch);
 }
 
-// The tiles of one thread's part of C (see split_across_threads), handed
-// out from both ends: its owner walks them from the front, in the order that
-// reuses A's rows; a thread done with its own part takes them from the back,
-// so that a thread the machine delays (a shared host's other work, an
-// interrupt) does not hold the whole product up. front and back share one
-// atomic word, so a tile is never taken twice. dit_small (kiln bench, graph,
-// binaries before and after alternated on a 2-core Zen 5) took 0.998-0.999x
-// the time on a quiet host, 0.89-0.95x with a process busy 5 ms in 15 on
-// one core, 0.91-0.94x with one busy all the time.
-class PartTiles {
- public:
-  void reset(int64_t tiles) { taken_.store(0, std::memory_order_relaxed), tiles_ = tiles; }
-  // The next tile's index, or -1 when none is left.
-  int64_t take(bool owner) {
-    uint64_t now = taken_.load(std::memory_order_relaxed);
-    for (;;) {
-      const int64_t front = int64_t(now >> 32), back = int64_t(now & 0xFFFFFFFFu);
-      if (front + back >= tiles_) return -1;
-      const uint64_t next = owner ? now + (uint64_t(1) << 32) : now + 1;
-      if (taken_.compare_exchange_weak(now, next, std::memory_order_relaxed)) return owner ? front : tiles_ - 1 - back;
-    }
-  }
-
- private:
-  alignas(64) std::atomic<uint64_t> taken_{0};  // front << 32 | back
-  int64_t tiles_ = 0;
-};
-
 template <typename T>
 void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel) {
   // The threads split C into a grid of equal parts (in units of 12 rows, which
@@ -488,7 +459,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
   // most, so that each thread streams its own share of B (a weight). Each
   // thread then walks its part in tiles of up to 96 rows by 4 panels, whose
   // rows of A stay in L2 while it passes over their columns, and helps with
-  // the others' tiles when done (PartTiles). (Handing out tiles statically
+  // the others' tiles when done (ShareQueue). (Handing out tiles statically
   // instead left whole tiles to one thread: 256 x 320 x 320 ran at 72 % of
   // oneDNN's speed on 2 threads, 97 % on one.)
   assert(p.b_segment == 0);  // see gemm.h
@@ -538,20 +509,12 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
     return;
   }
   std::array<Part, kMaxParts> grid;
-  std::array<PartTiles, kMaxParts> queues;
+  std::array<ShareQueue, kMaxParts> queues;
   for (size_t part = 0; part < size_t(team); ++part) {
     grid[part] = part_of(int64_t(part));
     queues[part].reset(tiles_in(grid[part]));
   }
-  // Each thread drains its own part, then the others' in turn. A team smaller
-  // than `team` (a nested region gets one thread) still covers every part.
-  parallel_region(true, [&] {
-    const int64_t own = omp_get_thread_num() % team;
-    for (int64_t k = 0; k < team; ++k) {
-      const size_t part = size_t((own + k) % team);
-      for (int64_t t; (t = queues[part].take(k == 0 && omp_get_thread_num() < team)) >= 0;) run_tile(grid[part], t);
-    }
-  });
+  drain_shares(queues.data(), team, [&](int64_t part, int64_t t) { run_tile(grid[size_t(part)], t); });
 }
 
 }  // namespace
