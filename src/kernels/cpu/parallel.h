@@ -117,8 +117,9 @@ inline void drain_shares(ShareQueue* queues, int64_t team, const Fn& fn) {
 }
 
 // fn(t) for t in [0, tasks), split across threads when `parallel`: each
-// thread owns the contiguous share parallel_for's static schedule would give
-// it and walks it in order, then helps with the others' from their far ends.
+// thread owns an equal contiguous share, as with parallel_for's static
+// schedule, and walks it in order, then helps with the others' from their
+// far ends.
 template <class Fn>
 inline void parallel_shares(int64_t tasks, bool parallel, const Fn& fn) {
   if (!worth_threads(parallel) || tasks < 2) {
