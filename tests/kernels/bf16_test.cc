@@ -197,5 +197,38 @@ TEST(Bf16, BufferRoundingMatchesTheScalarConversion) {
   }
 }
 
+// pack_bf16 lays B out as gemm.h says (panels of panel_width() columns, K's
+// rows in pairs interleaved column by column, zeros past n and past an odd
+// K) for B's columns contiguous (a weight), its rows contiguous (a
+// transposed weight, attention's Kᵀ) and neither, whole and partial panels.
+TEST(Bf16, PackedOperandsFollowTheDocumentedLayout) {
+  const int64_t w = gemm::panel_width();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (const int64_t k : {1, 2, 5, 64, 73})
+    for (const int64_t n : {1, 31, 32, 64, 70})
+      for (const int layout : {0, 1, 2}) {
+        // (t, j) at b[t * row_stride + j * col_stride]: rows of n, columns of k, or every other element.
+        const int64_t row_stride = layout == 0 ? n : layout == 1 ? 1 : 2 * n;
+        const int64_t col_stride = layout == 0 ? 1 : layout == 1 ? k : 2;
+        SCOPED_TRACE("k " + std::to_string(k) + ", n " + std::to_string(n) + ", layout " + std::to_string(layout));
+        std::vector<float> b(size_t(2 * k * n));
+        for (float& x : b) x = u(rng);
+        std::vector<bf16> packed(size_t(gemm::packed_bf16_count(k, n)), bf16{0x1234});
+        gemm::pack_bf16(b.data(), row_stride, col_stride, k, n, packed.data(), 0.5f);
+        const int64_t depth = gemm::bf16_depth(k), panels = (n + w - 1) / w;
+        ASSERT_EQ(int64_t(packed.size()), panels * w * depth);
+        for (int64_t p = 0; p < panels; ++p)
+          for (int64_t t = 0; t < depth; ++t)
+            for (int64_t c = 0; c < w; ++c) {
+              const int64_t j = p * w + c;
+              const uint16_t want =
+                  t < k && j < n ? f32_to_bf16(b[size_t(t * row_stride + j * col_stride)] * 0.5f).bits : 0;
+              const size_t at = size_t((p * depth + t / 2 * 2) * w + 2 * c + t % 2);
+              ASSERT_EQ(packed[at].bits, want) << "panel " << p << ", row " << t << ", column " << c;
+            }
+      }
+}
+
 }  // namespace
 }  // namespace kiln::testing
