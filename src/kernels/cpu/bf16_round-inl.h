@@ -1,6 +1,7 @@
 // f32 -> bf16 rounding of whole vectors, per Highway target: bf16.cc's
-// buffer loops and bf16 attention's probabilities. Include it after
-// <hwy/foreach_target.h> (it is re-included once per target).
+// buffer loops, gemm.cc's packing of bf16 operands and bf16 attention's
+// probabilities. Include it after <hwy/foreach_target.h> (it is re-included
+// once per target).
 // NOLINTBEGIN(llvm-header-guard): Highway's per-target include guard
 #if defined(KILN_KERNELS_CPU_BF16_ROUND_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KILN_KERNELS_CPU_BF16_ROUND_INL_H_
