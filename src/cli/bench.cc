@@ -19,6 +19,7 @@
 #include "cli/model_inputs.h"
 #include "cli/pass_flags.h"
 #include "heap_counter/heap_counter.h"
+#include "kernels/cpu/bf16.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -201,6 +202,8 @@ Status bench(const BenchOptions& opt) {
   if (peak)
     j["peak"] = {{"dtype", dtype_name(peak_dtype)}, {"gflops_per_s", peak->gflops_per_s}, {"cached", peak->cached},
                  {"machine", peak->key}};
+  // Which GEMM ran the bf16 Linears, Gemms, MatMuls and Convs (bf16.h).
+  if (peak_dtype == DType::kBF16) j["bf16_gemm"] = bf16_gemm_name(bf16_gemm());
   for (const ModeTimes& t : times) {
     const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();
@@ -252,6 +255,8 @@ Status bench(const BenchOptions& opt) {
   if (peak)
     fmt::print("peak: oneDNN {} matmul at {:.1f} GFLOP/s on this machine ({})\n", dtype_name(peak_dtype),
                peak->gflops_per_s, peak->cached ? "cached in " + default_peak_cache_path() : "measured now");
+  if (j.contains("bf16_gemm"))
+    fmt::print("bf16 products: {}\n", describe_bf16_gemm());
   if (j.contains("speedup_graph_vs_eager"))
     fmt::print("graph vs eager: {:.2f}x\n", j["speedup_graph_vs_eager"].get<double>());
   if (!auto_decision.empty()) fmt::print("{}\n", auto_decision);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "kernels/cpu/bf16.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kiln: a graph compiler and runtime for diffusion-model inference"};
@@ -34,7 +35,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return 2;
   }
-  kiln::Status status;
+  kiln::Status status = kiln::check_bf16_gemm_setting();
+  if (!status.ok()) {
+    std::fprintf(stderr, "kiln: error: %s\n", status.message().c_str());
+    return 2;
+  }
   if (app.got_subcommand("show")) status = show();
   else if (app.got_subcommand("run")) status = run();
   else if (app.got_subcommand("bench")) status = bench();

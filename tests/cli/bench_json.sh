@@ -53,6 +53,17 @@ grep -q '"peak"' <<<"$no_peak" && { echo "FAIL: --no-peak still reports a peak" 
 clone=$("$kiln" bench "$model" --dim batch=2 --iters 2 --warmup 0 --json --safe-output)
 # --safe-output copies the [2,4,8,8] f32 output after every run.
 grep -q '"output_clone_bytes": 2048,' <<<"$clone" || { echo "FAIL: --safe-output clone bytes" >&2; echo "$clone" >&2; exit 1; }
+# A bf16 bench names the GEMM its products ran on, as KILN_BF16_GEMM asks;
+# a value it does not know is one error line and exit code 2.
+bf16=$(KILN_BF16_GEMM=onednn "$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json --no-peak --precision bf16)
+grep -q '"bf16_gemm": "onednn"' <<<"$bf16" || { echo "FAIL: no bf16_gemm onednn in a bf16 bench" >&2; exit 1; }
+grep -q '"bf16_gemm"' <<<"$no_peak" && { echo "FAIL: an f32 bench reports bf16_gemm" >&2; exit 1; }
+set +e
+err=$(KILN_BF16_GEMM=amx "$kiln" bench "$model" --dim batch=2 --iters 1 2>&1 >/dev/null)
+rc=$?
+set -e
+[[ $rc -eq 2 && $(wc -l <<<"$err") -eq 1 && $err == *"KILN_BF16_GEMM=amx"* ]] ||
+  { echo "FAIL: KILN_BF16_GEMM=amx gave exit $rc: $err" >&2; exit 1; }
 
 for mode in eager graph auto; do
   "$kiln" run "$model" --dim batch=2 --mode "$mode" >/dev/null 2>&1 || { echo "FAIL: kiln run --mode $mode" >&2; exit 1; }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -144,25 +145,53 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
   }
 }
 
-// Where the CPU has AVX512-BF16, the products of kiln.Linear, Gemm, MatMul
-// by a weight, kiln.Attention and 1-D and 2-D convolutions of one group run
-// on kiln's GEMM, and a plan's replay of them allocates nothing; grouped
-// bf16 Convs still run on oneDNN, whose executions allocate (which shows
-// the count is live).
+// Where bf16_gemm() picks kiln's GEMM (AVX512-BF16, no AMX), the products
+// of kiln.Linear, Gemm, MatMul by a weight, kiln.Attention and 1-D and 2-D
+// convolutions of one group run on it, and a plan's replay of them allocates
+// nothing; grouped bf16 Convs still run on oneDNN, whose executions
+// allocate (which shows the count is live). Where it picks oneDNN's
+// primitives (AMX, or KILN_BF16_GEMM=onednn as ctest's bf16_on_onednn sets
+// it), the Linears' replays allocate: the choice took effect.
 TEST(Bf16, GemmProductsReplayWithoutAllocating) {
   if (!gemm::has_bf16_products()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   if (replay_allocations(cases(true, false)[0]) < 0) GTEST_SKIP() << "no heap counter (sanitizer build)";
+  const bool kiln_gemm = bf16_gemm() == Bf16Gemm::kKiln;
   for (const OpCase& c : cases(true, false)) {
     SCOPED_TRACE(c.label);
     const bool on_gemm = c.op == OpKind::kLinear || c.op == OpKind::kAttention || c.label.starts_with("Gemm transB") ||
                          c.label == "Gemm no C" || c.label.starts_with("MatMul by a") ||
                          ((c.op == OpKind::kConv || c.op == OpKind::kFusedConv) && c.label != "Conv groups");
-    if (on_gemm) {
+    if (!kiln_gemm) {
+      if (c.op == OpKind::kLinear) {
+        EXPECT_GT(replay_allocations(c), 0);
+      } else if (c.op == OpKind::kAttention) {
+        EXPECT_EQ(replay_allocations(c), 0);
+      }
+    } else if (on_gemm) {
       EXPECT_EQ(replay_allocations(c), 0);
     } else if (c.label == "Conv groups") {
       EXPECT_GT(replay_allocations(c), 0);
     }
   }
+}
+
+// KILN_BF16_GEMM takes auto, kiln or onednn (or nothing); any other value is
+// an error that names it.
+TEST(Bf16, GemmSettingIsChecked) {
+  const char* before = std::getenv("KILN_BF16_GEMM");
+  const std::string saved = before ? before : "";
+  for (const char* ok : {"", "auto", "kiln", "onednn"}) {
+    setenv("KILN_BF16_GEMM", ok, 1);
+    EXPECT_TRUE(check_bf16_gemm_setting().ok()) << ok;
+  }
+  unsetenv("KILN_BF16_GEMM");
+  EXPECT_TRUE(check_bf16_gemm_setting().ok());
+  setenv("KILN_BF16_GEMM", "amx", 1);
+  const Status bad = check_bf16_gemm_setting();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("KILN_BF16_GEMM=amx"), std::string::npos) << bad.message();
+  if (before) setenv("KILN_BF16_GEMM", saved.c_str(), 1);
+  else unsetenv("KILN_BF16_GEMM");
 }
 
 // The vector loops that round whole buffers (a bf16 product's f32 operands)

@@ -43,6 +43,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 namespace kiln {
@@ -86,6 +91,58 @@ bool onednn_has_bf16() {
   }();
   return has;
 }
+
+namespace {
+
+constexpr const char* kBf16GemmVariable = "KILN_BF16_GEMM";
+
+// KILN_BF16_GEMM's choice: nullopt for auto (unset or empty too), or an
+// error naming a value it does not know.
+Result<std::optional<Bf16Gemm>> bf16_gemm_setting() {
+  const char* value = std::getenv(kBf16GemmVariable);
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "auto") return std::optional<Bf16Gemm>();
+  if (v == "kiln") return std::optional<Bf16Gemm>(Bf16Gemm::kKiln);
+  if (v == "onednn") return std::optional<Bf16Gemm>(Bf16Gemm::kOnednn);
+  return invalid_argument("{}={}: expected auto, kiln or onednn", kBf16GemmVariable, v);
+}
+
+// Whether oneDNN runs AMX tiles here (and so takes bf16 products at several
+// times the rate kiln's GEMM does).
+bool onednn_has_amx() {
+  const unsigned amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+  return (unsigned(dnnl::get_effective_cpu_isa()) & amx) == amx;
+}
+
+// bf16_gemm()'s choice, and why it was made.
+struct Bf16GemmChoice {
+  Bf16Gemm gemm;
+  const char* why;
+};
+
+const Bf16GemmChoice& bf16_gemm_choice() {
+  static const Bf16GemmChoice chosen = []() -> Bf16GemmChoice {
+    if (!gemm::has_bf16_products()) return {Bf16Gemm::kOnednn, "no AVX512-BF16 on this CPU"};
+    const Result<std::optional<Bf16Gemm>> setting = bf16_gemm_setting();
+    if (setting.ok() && setting->has_value()) return {**setting, "set by KILN_BF16_GEMM"};
+    if (onednn_has_amx()) return {Bf16Gemm::kOnednn, "AMX"};
+    return {Bf16Gemm::kKiln, "AVX512-BF16, no AMX"};
+  }();
+  return chosen;
+}
+
+}  // namespace
+
+Bf16Gemm bf16_gemm() { return bf16_gemm_choice().gemm; }
+
+std::string_view bf16_gemm_name(Bf16Gemm gemm) { return gemm == Bf16Gemm::kKiln ? "kiln" : "onednn"; }
+
+std::string describe_bf16_gemm() {
+  const Bf16GemmChoice& c = bf16_gemm_choice();
+  return fmt::format("{} ({})", c.gemm == Bf16Gemm::kKiln ? "kiln's GEMM" : "oneDNN's primitives", c.why);
+}
+
+Status check_bf16_gemm_setting() { return bf16_gemm_setting().status(); }
 
 }  // namespace kiln
 #endif  // HWY_ONCE

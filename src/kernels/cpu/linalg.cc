@@ -20,11 +20,12 @@
 // allocate inside oneDNN; the GEMM paths do not.
 //
 // Nodes marked to compute in bf16 (passes' assign_precision) round their
-// operands to bf16 and sum in f32. kiln.Linear, Gemm and MatMul by one
-// matrix run on the GEMM's bf16 products where the CPU has AVX512-BF16
-// (gemm::has_bf16_products): A rounded into scratch on every call, a
-// constant weight rounded and packed once, nothing allocated. The rest (and
-// those, on other CPUs) run on oneDNN's bf16 primitives: each f32 operand
+// operands to bf16 and sum in f32. kiln.Linear, Gemm, MatMul by one matrix
+// and ungrouped 1-D and 2-D Conv run on the GEMM's bf16 products where
+// bf16_gemm() says so (AVX512-BF16 and no AMX, bf16.h): A rounded into
+// scratch on every call, a constant weight rounded and packed once, nothing
+// allocated. The rest (and those, on other CPUs) run on oneDNN's bf16
+// primitives: each f32 operand
 // rounded into scratch on every call (DnnlReplay's kBf16Input; a Conv's
 // input reordered into oneDNN's blocked layout instead, see BlockedBf16Conv),
 // a constant weight rounded and packed once, f32 accumulation and output.
@@ -481,8 +482,8 @@ void set_gate(const KernelContext& ctx, int64_t rows, int64_t n, gemm::Epilogue&
   e.scale_stride = n;
 }
 
-// Y[rows, n] = epilogue(A B) on gemm's bf16 products (where
-// gemm::has_bf16_products()): A is input 0 (rows of k) rounded by
+// Y[rows, n] = epilogue(A B) on gemm's bf16 products (where bf16_gemm() is
+// kKiln): A is input 0 (rows of k) rounded by
 // bf16_rows; B is input 1 (element (t, j) at
 // b[t * row_stride + j * col_stride]) packed once in a plan, else on each
 // call.
@@ -507,10 +508,14 @@ Status apply_gate(KernelContext& ctx) {
   const int64_t n = ctx.input(1)->shape[1], rows = n ? ctx.output(0)->numel() / n : 0;
   gemm::Epilogue e;
   set_gate(ctx, rows, n, e);
-  for (int64_t i = 0; i < rows; ++i) {
+  parallel_for(rows, rows * n > kParallelWork, [&](int64_t i) {
     const float* scale = e.scale + (e.scale_rows ? i / e.scale_rows * n : 0);
-    for (int64_t j = 0; j < n; ++j) y[i * n + j] = y[i * n + j] * scale[j] + (residual ? residual[i * n + j] : 0.0f);
-  }
+    float* row = y + i * n;
+    if (residual)
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * scale[j] + residual[i * n + j];
+    else
+      for (int64_t j = 0; j < n; ++j) row[j] *= scale[j];
+  });
   return ok_status();
 }
 
@@ -577,7 +582,7 @@ Status cpu_MatMul(KernelContext& ctx) {
     return ok_status();
   }
   if (computes_in_bf16(*ctx.node)) {
-    if (b.numel() == k * n && gemm::has_bf16_products()) return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, {});
+    if (b.numel() == k * n && bf16_gemm() == Bf16Gemm::kKiln) return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, {});
     return guard_dnnl(ctx, [&] { return matmul_bf16(ctx, m, n, k); });
   }
   const float *pa = a.as<float>(), *pb = b.as<float>();
@@ -658,7 +663,7 @@ Status cpu_Gemm(KernelContext& ctx) {
     return ok_status();
   }
   if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f) {  // the products added to Y
-    if (gemm::has_bf16_products())
+    if (bf16_gemm() == Bf16Gemm::kKiln)
       return multiply_bf16(ctx, m, n, k, trans_b ? 1 : n, trans_b ? k : 1, {.accumulate = add_c});
     if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
     return guard_dnnl(ctx, [&] {
@@ -705,7 +710,7 @@ struct ConvGeometry final : KernelState {
   // 3x3, stride 1, enough channels and tiles: Winograd's F(m x m, 3x3)
   // (winograd.h), its m here (2 or 4; 0: not Winograd).
   int64_t winograd_tile = 0;
-  // Its products in bf16, on kiln's GEMM (where gemm::has_bf16_products();
+  // Its products in bf16, on kiln's GEMM (where bf16_gemm() says so;
   // elsewhere bf16 convolutions run on oneDNN).
   bool bf16_products = false;
   // The weight as the conv reads it, made once in a plan (own_conv_weight):
@@ -1248,9 +1253,9 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   // channels, f32 (see kBf16MinOutChannels).
   const bool bf16 =
       !transpose && computes_in_bf16(*ctx.node) && out_channels / g >= kBf16MinOutChannels;
-  // kiln's GEMM: f32, or bf16 where the CPU has bf16 products.
+  // kiln's GEMM: f32, or bf16 where bf16_gemm() picks it.
   const bool winograd_marked = ctx.attrs().get_int("winograd", 0) > 0;
-  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || gemm::has_bf16_products())) {
+  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || bf16_gemm() == Bf16Gemm::kKiln)) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
     const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
@@ -1566,7 +1571,7 @@ Status cpu_Linear(KernelContext& ctx) {
   const int64_t k = w.shape[0], n = w.shape[1];
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
-  if (computes_in_bf16(*ctx.node) && gemm::has_bf16_products())
+  if (computes_in_bf16(*ctx.node) && bf16_gemm() == Bf16Gemm::kKiln)
     return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, fused_epilogue(ctx, false));
   if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops, a gate after them
     const bool gated = ctx.input(4) != nullptr;
