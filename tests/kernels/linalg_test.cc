@@ -218,7 +218,9 @@ TEST(Linalg, DiffusionShapes) {
       {"time embedding linear", OpKind::kGemm, attrs({{"transB", i(1)}}),
        {f32({2, 320}), f32({1280, 320}), f32({1280})}, 1, kConvTolerance},
       // Rows and columns that fill neither a tile nor a panel, and (the
-      // first) past one K slice of the GEMM (16384).
+      // first) past one K slice of the GEMM (16384). A last panel of at
+      // most one vector's columns (40 and 70 here, 300 below with AVX-512)
+      // runs on half-width tiles, a wider one (21) on whole ones.
       {"past one K slice", OpKind::kMatMul, {}, {f32({2, 5, 16500}), f32({16500, 40})}, 1, kConvTolerance},
       {"ragged, deep", OpKind::kMatMul, {}, {f32({3, 37, 600}), f32({600, 70})}, 1, kConvTolerance},
       // B past 1 MiB packed, whose next panel the tiles prefetch: rows past

@@ -93,23 +93,26 @@ void Pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 // The start and end of a tile (below): its sums start at (load ? c : 0) +
 // the bias, one per column (col_bias, kPanel floats) or one per row
 // (row_bias), either may be null; they end stored to c.
-template <int kTileRows>
+// kHalf, the tile is the panel's first vector alone (hi unused): a last
+// panel of at most kLanes columns (a bf16 attention's P·V at head dim 40 or
+// 72 computed 32 columns for 8 without it).
+template <int kTileRows, bool kHalf>
 HWY_INLINE void StartSums(V* lo, V* hi, const float* c, int64_t ldc, bool load, const float* col_bias,
                           const float* row_bias) {
   const D d;
   const V bias_lo = col_bias ? hn::LoadU(d, col_bias) : hn::Zero(d);
-  const V bias_hi = col_bias ? hn::LoadU(d, col_bias + kLanes) : hn::Zero(d);
+  const V bias_hi = col_bias && !kHalf ? hn::LoadU(d, col_bias + kLanes) : hn::Zero(d);
   for (int r = 0; r < kTileRows; ++r) {
     const V row = row_bias ? hn::Set(d, row_bias[r]) : hn::Zero(d);
     lo[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc) : hn::Zero(d), hn::Add(bias_lo, row));
-    hi[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc + kLanes) : hn::Zero(d), hn::Add(bias_hi, row));
+    if (!kHalf) hi[r] = hn::Add(load ? hn::LoadU(d, c + r * ldc + kLanes) : hn::Zero(d), hn::Add(bias_hi, row));
   }
 }
-template <int kTileRows>
+template <int kTileRows, bool kHalf>
 HWY_INLINE void StoreSums(const V* lo, const V* hi, float* c, int64_t ldc) {
   for (int r = 0; r < kTileRows; ++r) {
     hn::StoreU(lo[r], D(), c + r * ldc);
-    hn::StoreU(hi[r], D(), c + r * ldc + kLanes);
+    if (!kHalf) hn::StoreU(hi[r], D(), c + r * ldc + kLanes);
   }
 }
 
@@ -117,7 +120,7 @@ HWY_INLINE void StoreSums(const V* lo, const V* hi, float* c, int64_t ldc) {
 HWY_INLINE void PrefetchLine(const char* line) { __builtin_prefetch(line, 0, 2); }
 
 // Step t of a tile (below): a[r, t] * b[t, :] added to row r's sums.
-template <int kTileRows, bool kGathered>
+template <int kTileRows, bool kGathered, bool kHalf>
 HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
                      const int64_t* b_rows, int64_t t) {
   const D d;
@@ -126,12 +129,12 @@ HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, con
     const float* row = b + b_rows[t];
     b_lo = hn::LoadU(d, row), b_hi = hn::LoadU(d, row + kLanes);
   } else {
-    b_lo = hn::Load(d, b + t * kPanel), b_hi = hn::Load(d, b + t * kPanel + kLanes);
+    b_lo = hn::Load(d, b + t * kPanel), b_hi = kHalf ? b_lo : hn::Load(d, b + t * kPanel + kLanes);
   }
   for (int r = 0; r < kTileRows; ++r) {
     const V ar = hn::Set(d, a[r * lda + t]);
     lo[r] = hn::MulAdd(ar, b_lo, lo[r]);
-    hi[r] = hn::MulAdd(ar, b_hi, hi[r]);
+    if (!kHalf) hi[r] = hn::MulAdd(ar, b_hi, hi[r]);
   }
 }
 
@@ -142,20 +145,20 @@ HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, con
 // kRowsPerLine steps (see Pass). (A prefetch every step cost bf16 products
 // 4-5 %; a branch on the step, or the prefetch first in the step, made GCC
 // 12 store every sum every step.)
-template <int kTileRows, bool kGathered, bool kPrefetch>
+template <int kTileRows, bool kGathered, bool kPrefetch, bool kHalf = false>
 void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, const int64_t* b_rows,
           int64_t depth, float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias,
           const float* row_bias, const char* next) {
   constexpr int64_t kLine = kPrefetch ? kRowsPerLine<float> : 1;
   V lo[kTileRows], hi[kTileRows];
-  StartSums<kTileRows>(lo, hi, c, ldc, load, col_bias, row_bias);
+  StartSums<kTileRows, kHalf>(lo, hi, c, ldc, load, col_bias, row_bias);
   int64_t t = 0;
   for (; t + kLine <= depth; t += kLine) {
-    for (int64_t u = 0; u < kLine; ++u) Step<kTileRows, kGathered>(lo, hi, a, lda, b, b_rows, t + u);
+    for (int64_t u = 0; u < kLine; ++u) Step<kTileRows, kGathered, kHalf>(lo, hi, a, lda, b, b_rows, t + u);
     if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
   }
-  for (; t < depth; ++t) Step<kTileRows, kGathered>(lo, hi, a, lda, b, b_rows, t);
-  StoreSums<kTileRows>(lo, hi, c, ldc);
+  for (; t < depth; ++t) Step<kTileRows, kGathered, kHalf>(lo, hi, a, lda, b, b_rows, t);
+  StoreSums<kTileRows, kHalf>(lo, hi, c, ldc);
 }
 
 // bf16 products (AVX512-BF16's vdpbf16ps; Highway 1.0 has no op for it): the
@@ -167,33 +170,33 @@ void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b,
 #if KILN_GEMM_BF16
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
-template <int kTileRows>
+template <int kTileRows, bool kHalf>
 HWY_INLINE void StepBf16(V* lo, V* hi, const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b,
                          int64_t t) {
   const auto b_lo = (__m512bh)_mm512_loadu_si512(b + t * kPanel);
-  const auto b_hi = (__m512bh)_mm512_loadu_si512(b + t * kPanel + kPanel);
+  const auto b_hi = kHalf ? b_lo : (__m512bh)_mm512_loadu_si512(b + t * kPanel + kPanel);
   for (int r = 0; r < kTileRows; ++r) {
     int32_t pair;
     std::memcpy(&pair, a + r * lda + t, sizeof(pair));
     const auto ar = (__m512bh)_mm512_set1_epi32(pair);
     lo[r].raw = _mm512_dpbf16_ps(lo[r].raw, ar, b_lo);
-    hi[r].raw = _mm512_dpbf16_ps(hi[r].raw, ar, b_hi);
+    if (!kHalf) hi[r].raw = _mm512_dpbf16_ps(hi[r].raw, ar, b_hi);
   }
 }
-template <int kTileRows, bool kPrefetch>
+template <int kTileRows, bool kPrefetch, bool kHalf = false>
 void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b, const int64_t*, int64_t depth,
               float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias,
               const char* next) {
   constexpr int64_t kLine = kPrefetch ? kRowsPerLine<bf16> : 2;
   V lo[kTileRows], hi[kTileRows];
-  StartSums<kTileRows>(lo, hi, c, ldc, load, col_bias, row_bias);
+  StartSums<kTileRows, kHalf>(lo, hi, c, ldc, load, col_bias, row_bias);
   int64_t t = 0;
   for (; t + kLine <= depth; t += kLine) {
-    for (int64_t u = 0; u < kLine; u += 2) StepBf16<kTileRows>(lo, hi, a, lda, b, t + u);
+    for (int64_t u = 0; u < kLine; u += 2) StepBf16<kTileRows, kHalf>(lo, hi, a, lda, b, t + u);
     if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
   }
-  for (; t < depth; t += 2) StepBf16<kTileRows>(lo, hi, a, lda, b, t);
-  StoreSums<kTileRows>(lo, hi, c, ldc);
+  for (; t < depth; t += 2) StepBf16<kTileRows, kHalf>(lo, hi, a, lda, b, t);
+  StoreSums<kTileRows, kHalf>(lo, hi, c, ldc);
 }
 #pragma GCC pop_options
 #endif
@@ -202,30 +205,37 @@ template <typename T>
 using TileFn = void (*)(const T*, int64_t, const T*, const int64_t*, int64_t, float*, int64_t, bool, const float*,
                         const float*, const char*);
 
-template <bool kGathered, bool kPrefetch, int... kTileRows>
+template <bool kGathered, bool kPrefetch, bool kHalf, int... kTileRows>
 constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
-  return std::array<TileFn<float>, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered, kPrefetch>...};
+  return std::array<TileFn<float>, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered, kPrefetch, kHalf>...};
 }
 // [r - 1]: the tile of r rows, for the last rows of C; B packed (prefetching
-// or not) or gathered.
-constexpr auto kPackedTiles = MakeTiles<false, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kPrefetchingTiles = MakeTiles<false, true>(std::make_integer_sequence<int, kRows>());
-constexpr auto kGatheredTiles = MakeTiles<true, false>(std::make_integer_sequence<int, kRows>());
+// or not) or gathered; half tiles for a last panel of at most kLanes
+// columns (packed B: a gathered one has whole panels).
+constexpr auto kPackedTiles = MakeTiles<false, false, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingTiles = MakeTiles<false, true, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kGatheredTiles = MakeTiles<true, false, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kHalfTiles = MakeTiles<false, false, true>(std::make_integer_sequence<int, kRows>());
 #if KILN_GEMM_BF16
-template <bool kPrefetch, int... kTileRows>
+template <bool kPrefetch, bool kHalf, int... kTileRows>
 constexpr auto MakeBf16Tiles(std::integer_sequence<int, kTileRows...>) {
-  return std::array<TileFn<bf16>, sizeof...(kTileRows)>{&TileBf16<kTileRows + 1, kPrefetch>...};
+  return std::array<TileFn<bf16>, sizeof...(kTileRows)>{&TileBf16<kTileRows + 1, kPrefetch, kHalf>...};
 }
-constexpr auto kBf16Tiles = MakeBf16Tiles<false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kPrefetchingBf16Tiles = MakeBf16Tiles<true>(std::make_integer_sequence<int, kRows>());
+constexpr auto kBf16Tiles = MakeBf16Tiles<false, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingBf16Tiles = MakeBf16Tiles<true, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kHalfBf16Tiles = MakeBf16Tiles<false, true>(std::make_integer_sequence<int, kRows>());
 #endif
 
-// The tile of `rows` rows for p's operands.
-TileFn<float> TileFor(const Problem& p, int64_t rows, bool prefetch) {
+// The tile of `rows` rows for p's operands, over `cols` columns of a panel.
+// (A half tile does not prefetch: the pass's last panel is the one that
+// would.)
+TileFn<float> TileFor(const Problem& p, int64_t rows, int64_t cols, bool prefetch) {
+  if (cols <= kLanes && !p.b_rows) return kHalfTiles[size_t(rows - 1)];
   return (p.b_rows ? kGatheredTiles : prefetch ? kPrefetchingTiles : kPackedTiles)[size_t(rows - 1)];
 }
 #if KILN_GEMM_BF16
-TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, bool prefetch) {
+TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, int64_t cols, bool prefetch) {
+  if (cols <= kLanes) return kHalfBf16Tiles[size_t(rows - 1)];
   return (prefetch ? kPrefetchingBf16Tiles : kBf16Tiles)[size_t(rows - 1)];
 }
 #endif
@@ -310,7 +320,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
     }
     for (int64_t i0 = m0; i0 < m1; i0 += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, m1 - i0);
-      const auto tile = TileFor(p, rows, prefetch);
+      const auto tile = TileFor(p, rows, cols, prefetch);
       const T* a = p.a + i0 * p.lda + t0;
       const char* share = reinterpret_cast<const char*>(next) + (i0 - m0) / kRows * depth * kNextBytesPerRow<T>;
       const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
