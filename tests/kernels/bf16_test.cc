@@ -230,6 +230,8 @@ TEST(Bf16, BufferRoundingMatchesTheScalarConversion) {
 // rows in pairs interleaved column by column, zeros past n and past an odd
 // K) for B's columns contiguous (a weight), its rows contiguous (a
 // transposed weight, attention's Kᵀ) and neither, whole and partial panels.
+// (Rows contiguous, K 64 and 73, whole panels: with AVX-512, 32 of K's rows
+// at a time by PackBf16Columns' transposes, then the rest one pair at a time.)
 TEST(Bf16, PackedOperandsFollowTheDocumentedLayout) {
   const int64_t w = gemm::panel_width();
   std::mt19937 rng(11);

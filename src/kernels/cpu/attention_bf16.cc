@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -60,11 +61,14 @@ void attend_rows(const Problem& p, const Layout& l, const char* heads, int64_t b
   float* sum = max + l.rows;
   float* alpha = sum + l.rows;
 
-  // Q's rows times the scale, rounded (an odd D's pad column zero); the
-  // running statistics reset.
+  // Q's rows rounded (an odd D's pad column zero; the scale went into Kᵀ);
+  // the running statistics reset.
   const float* q_in = p.q + b0 * p.q_stride[0] + b1 * p.q_stride[1] + row0 * p.q_stride[2];
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 0; t < p.d; ++t) q[r * l.depth + t] = f32_to_bf16(q_in[r * p.q_stride[2] + t * p.q_stride[3]] * p.scale);
+    const float* row = q_in + r * p.q_stride[2];
+    if (p.q_stride[3] == 1) round_to_bf16(row, q + r * l.depth, p.d, false);
+    else
+      for (int64_t t = 0; t < p.d; ++t) q[r * l.depth + t] = f32_to_bf16(row[t * p.q_stride[3]]);
     if (p.d < l.depth) q[r * l.depth + p.d] = bf16{0};
   }
   std::fill_n(max, rows, -std::numeric_limits<float>::infinity());
@@ -119,7 +123,7 @@ void attend(const Problem& p, void* scratch, int threads) {
                  const float* k = p.k + b0 * p.k_stride[0] + b1 * p.k_stride[1] + key0 * p.k_stride[3];
                  const float* v = p.v + b0 * p.v_stride[0] + b1 * p.v_stride[1] + key0 * p.v_stride[2];
                  gemm::pack_bf16(k, p.k_stride[2], p.k_stride[3], p.d, keys,
-                                 reinterpret_cast<bf16*>(head) + key0 * l.depth);
+                                 reinterpret_cast<bf16*>(head) + key0 * l.depth, p.scale);
                  gemm::pack_bf16(v, p.v_stride[2], p.v_stride[3], keys, p.dv,
                                  reinterpret_cast<bf16*>(head + l.kt_bytes + size_t(block) * l.v_block_bytes));
                });

@@ -6,7 +6,7 @@
 // Kᵀ and V of every head are rounded to bf16 and packed as the GEMM's B once
 // per call (V one block of keys at a time); then each task (one head,
 // kTileRows query rows) walks the keys in blocks of kKeyBlock:
-//   S = (Q scale) Kᵀ_block            bf16 x bf16 -> f32
+//   S = Q (Kᵀ scale)_block            bf16 x bf16 -> f32
 //   S += mask; online softmax: running max and sum per row, S = exp(S - max)
 //   O = O exp(old max - max) + bf16(S) V_block
 // and y = O / sum. Rows whose scores are all -inf, or hold a NaN, are NaN,

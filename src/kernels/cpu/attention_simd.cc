@@ -32,6 +32,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/cpu/bf16_round-inl.h"
+#include "kernels/cpu/transpose-inl.h"
 #include "kernels/cpu/unary_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,6 +41,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using simd::HWY_NAMESPACE::ExpNonPositive;
 using simd::HWY_NAMESPACE::StoreBf16;
+#if KILN_TRANSPOSE16
+using simd::HWY_NAMESPACE::Transpose16;
+#endif
 
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
@@ -88,42 +92,11 @@ void TileProduct(const float* a, int64_t n, const float* b, int64_t b_step, int6
   for (; j < cols; ++j) TileUpdate<1, kAccumulate>(a, n, b + j * b_col, b_step, b_col, scale, c + j * kRows);
 }
 
-// With 512-bit vectors, a 16 x 16 block of floats turns around in registers
-// in 64 shuffles, against 16 gathers of 16 scattered floats. In perf of
-// dit_small (Q's rows 384 floats apart), PackQueries' share of the samples
-// went 1.22 % -> 0.69 % with it; the model's attention steps, binaries
-// alternated 10 times (kiln profile): median 5.38 -> 5.28 ms.
-#define KILN_TRANSPOSE16 (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
-#if KILN_TRANSPOSE16
-// r[i] holds row i of a 16 x 16 block; afterwards r[j] holds column j.
-HWY_INLINE void Transpose16(__m512 (&r)[16]) {
-  __m512 a[16];
-  for (int k = 0; k < 16; k += 2) {  // pairs of rows, interleaved within each 128-bit block
-    a[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-    a[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-  }
-  for (int k = 0; k < 16; k += 4) {  // block L of r[k + c]: column 4L + c of rows k .. k + 3
-    const __m512d a0 = _mm512_castps_pd(a[k]), a1 = _mm512_castps_pd(a[k + 1]);
-    const __m512d a2 = _mm512_castps_pd(a[k + 2]), a3 = _mm512_castps_pd(a[k + 3]);
-    r[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-    r[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-    r[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-    r[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-  }
-  for (int c = 0; c < 4; ++c) {  // a 4 x 4 transpose of 128-bit blocks, block (k, L) to (L, k)
-    const __m512 even01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-    const __m512 odd01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-    const __m512 even23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512 odd23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    a[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
-    a[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xdd);
-    a[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
-    a[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xdd);
-  }
-  for (int j = 0; j < 16; ++j) r[j] = a[j];
-}
-#endif
-
+// With 512-bit vectors, Q's rows turn around 16 x 16 at a time in registers
+// (Transpose16). In perf of dit_small (Q's rows 384 floats apart),
+// PackQueries' share of the samples went 1.22 % -> 0.69 % with it; the
+// model's attention steps, binaries alternated 10 times (kiln profile):
+// median 5.38 -> 5.28 ms.
 // qt[t][r] = q[r, t] * scale for the task's rows; zero in the lanes past them.
 // With 512-bit vectors and rows of Q contiguous, 16 columns at a time by
 // Transpose16; otherwise whole tasks (whose offsets fit the gather's 32-bit

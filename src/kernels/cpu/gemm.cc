@@ -52,6 +52,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/cpu/bf16_round-inl.h"
+#include "kernels/cpu/transpose-inl.h"
 #include "kernels/cpu/unary_ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -416,11 +417,42 @@ HWY_INLINE void PackBf16Pair(const float* row, const float* next, int64_t col_st
   std::fill(packed + 2 * cols, packed + 2 * kPanel, bf16{0});
 }
 
+#if KILN_TRANSPOSE16
+// Pair rows [t0 / 2, t0 / 2 + 16) of a whole panel whose columns hold their
+// pairs as adjacent floats (row stride 1: attention's Kᵀ, read from K's
+// rows), from b at (t0, the panel's first column): each column's 32 floats
+// rounded into 16 pairs in one vector, then 16 columns' vectors turned
+// around (Transpose16) into their pairs' rows.
+void PackBf16Columns(const float* b, int64_t col_stride, float scale, bf16* packed) {
+  const D d;
+  const V vscale = hn::Set(d, scale);
+  // _mm512_packus_epi32 interleaves its operands' 128-bit blocks: block L
+  // holds pairs 2L, 2L + 1 of the first 16 floats, then of the second 16.
+  const __m512i in_order = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (int64_t h = 0; h < kPanel; h += 16) {
+    __m512 r[16];
+    for (int64_t i = 0; i < 16; ++i) {
+      const float* column = b + (h + i) * col_stride;
+      const auto lo = simd::HWY_NAMESPACE::Bf16Bits(d, hn::Mul(hn::LoadU(d, column), vscale));
+      const auto hi = simd::HWY_NAMESPACE::Bf16Bits(d, hn::Mul(hn::LoadU(d, column + 16), vscale));
+      r[i] = _mm512_castsi512_ps(_mm512_permutexvar_epi32(in_order, _mm512_packus_epi32(lo.raw, hi.raw)));
+    }
+    simd::HWY_NAMESPACE::Transpose16(r);
+    for (int64_t p = 0; p < 16; ++p) _mm512_storeu_ps(reinterpret_cast<float*>(packed + p * 2 * kPanel + 2 * h), r[p]);
+  }
+}
+#endif
+
 void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
               float scale) {
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const int64_t cols = std::min(kPanel, n - j0);
-    for (int64_t t = 0; t < k; t += 2, packed += 2 * kPanel) {
+    int64_t t = 0;
+#if KILN_TRANSPOSE16
+    if (row_stride == 1 && col_stride != 1 && cols == kPanel)
+      for (; t + 32 <= k; t += 32, packed += 32 * kPanel) PackBf16Columns(b + t + j0 * col_stride, col_stride, scale, packed);
+#endif
+    for (; t < k; t += 2, packed += 2 * kPanel) {
       const float* row = b + t * row_stride + j0 * col_stride;
       PackBf16Pair(row, t + 1 < k ? row + row_stride : nullptr, col_stride, cols, scale, packed);
     }
