@@ -30,11 +30,11 @@ enum class Bf16Gemm { kKiln, kOnednn };
 
 // kiln's GEMM (gemm.h: vdpbf16ps, nothing allocated) where the CPU has
 // AVX512-BF16 and oneDNN sees no AMX; oneDNN's primitives where it does
-// (its tile products run at several times vdpbf16ps' rate: 1.8-2.9 TFLOP/s
-// on two cores by the figures issue 6 quotes, where vdpbf16ps tops out near
-// twice f32's 0.4) and where the CPU has no AVX512-BF16. Environment
-// variable KILN_BF16_GEMM=kiln or =onednn overrides the choice (kiln only
-// where the CPU has AVX512-BF16), to compare the two; read once.
+// (its tile products run at several times vdpbf16ps' rate: oneDNN's bf16
+// matmul is reported at 1.8-2.9 TFLOP/s on two AMX cores, where vdpbf16ps
+// tops out near twice f32's 0.4) and where the CPU has no AVX512-BF16.
+// Environment variable KILN_BF16_GEMM=kiln or =onednn overrides the choice
+// (kiln only where the CPU has AVX512-BF16), to compare the two; read once.
 // kiln.Attention runs on kiln's GEMM wherever the CPU has AVX512-BF16: oneDNN
 // has no fused attention to hand it to.
 Bf16Gemm bf16_gemm();
