@@ -30,8 +30,10 @@
 //
 // bf16 products (TileBf16, AVX-512 targets with AVX512-BF16) use the same
 // blocks and tiles, two of K's rows a step, and slices of as many bytes. In
-// kiln_bench_gemm on a Zen 5 they ran at 95-103 % of oneDNN's bf16 matmul
-// (91-95 % at K = 384, where the tiles' loads and stores weigh most).
+// kiln_bench_gemm on a Zen 5 they ran at 97-102 % of oneDNN's bf16 matmul
+// from K = 1152, and at 70-96 % where K is 320-384 (cause not found: 6-row
+// tiles over two panels, half the broadcasts a step, did not close it, nor
+// did A's pairs as embedded broadcasts, 3x slower).
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
@@ -393,10 +395,11 @@ void BlockBf16(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
 // Rows whose columns are contiguous (a weight, attention's V) go a vector of
 // each row at a time; anything else, or a partial panel, element by element.
 // PackBf16's share of dit_small's bf16 perf samples (attention's K and V,
-// packed on each call): 1.81-1.93 % -> 1.60-1.71 %. (Attention's Kᵀ, whose
-// pairs of rows are adjacent floats, went slower as gathers of 8-byte pairs,
-// 2.5 %, the gathers waiting on K's lines; prefetching the next panel's
-// lines did not change its share.)
+// packed on each call): 1.81-1.93 % -> 1.60-1.71 %. Attention's Kᵀ, whose
+// pairs of rows are adjacent floats, goes 32 rows at a time by
+// PackBf16Columns' transposes instead, where the CPU has AVX-512 (as
+// gathers of 8-byte pairs it went slower, 2.5 %, the gathers waiting on K's
+// lines); only its last K % 32 rows come here.
 HWY_INLINE void PackBf16Pair(const float* row, const float* next, int64_t col_stride, int64_t cols, float scale,
                              bf16* packed) {
   const D d;
