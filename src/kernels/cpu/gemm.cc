@@ -537,7 +537,15 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
   const bool prefetch = prefetches_b(p);  // decided on the whole of B, not a thread's tiles
   constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
-  const bool threads = parallel && p.m * p.n * p.k >= (int64_t(1) << 18) && worth_threads(true);
+  // Below 2^20 multiply-adds (a few µs) one thread finishes first: a region
+  // wakes the other threads, and the next op then reads C from their caches.
+  // With 2^18, dispatch-bound models ran their 2^18-2^20 products on two
+  // threads: dit_tiny 0.22-0.31 ms against 0.17-0.22 (0.28-0.34 against
+  // 0.16-0.17 with Q, K and V as one product, fuse_qkv), the tiny SD
+  // pipeline's 20-step graph loop 19.2-20.1 ms against 15.5-16.3 (2^21:
+  // 16.7-19.2).
+  constexpr int64_t kMinThreadedMacs = int64_t(1) << 20;
+  const bool threads = parallel && p.m * p.n * p.k >= kMinThreadedMacs && worth_threads(true);
   const int64_t team = threads ? std::min<int64_t>(omp_get_max_threads(), kMaxParts) : 1;
   auto parts = [](int64_t n, int64_t k) { return (n + k - 1) / k; };
   int64_t row_parts = 1, largest = -1;
