@@ -49,6 +49,13 @@ TEST(Flops, AttentionCountsBothProductsThroughItsPerms) {
   perms.set("scale", 0.35f);
   EXPECT_EQ(flops(OpKind::kAttention, {{2, 16, 4, 8}, {2, 32, 4, 8}, {2, 32, 4, 8}}, {2, 16, 4, 8}, perms),
             2 * (2 * 4 * 16) * 32 * (8 + 8));
+  // fuse_qkv's: Q, K and V 4 heads each of one [2, 16, 12, 8] tensor.
+  Attributes sliced = perms;
+  sliced.set("q_slice", std::vector<int64_t>{2, 0, 4});
+  sliced.set("k_slice", std::vector<int64_t>{2, 4, 4});
+  sliced.set("v_slice", std::vector<int64_t>{2, 8, 4});
+  EXPECT_EQ(flops(OpKind::kAttention, {{2, 16, 12, 8}, {2, 16, 12, 8}, {2, 16, 12, 8}}, {2, 16, 4, 8}, sliced),
+            2 * (2 * 4 * 16) * 16 * (8 + 8));
 }
 
 TEST(Flops, UncountedOpsAndUnknownShapesAreZero) {

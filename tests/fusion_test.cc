@@ -245,6 +245,104 @@ TEST(Fusion, AttentionWithHeadSplitAndMerge) {
   }
 }
 
+// An attention's Q, K and V as fuse_attention and fuse_linear leave them:
+// each a kiln.Linear (with its bias) or a MatMul by a constant weight, of x
+// (K and V of a context for cross-attention), split into heads by a Reshape.
+// With `odd_one_out`, V's projection has an activation (so it cannot merge).
+void projected_attention(Builder& b, OpKind projection, bool cross, bool odd_one_out = false, int64_t seq = 12) {
+  const int64_t B = 2, C = 16, H = 2, D = 8, context_seq = cross ? 7 : seq;
+  Value* x = b.input("x", {B, seq, C});
+  Value* context = cross ? b.input("context", {B, context_seq, C}) : x;
+  auto heads = [&](Value* from, int64_t rows, int seed, bool activation) {
+    std::vector<float> w(size_t(C * H * D)), bias(size_t(H * D));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7 + size_t(seed) * 13) % 17 - 8) * 0.05f;
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * float(seed) - 0.02f * float(i);
+    Value* weight = b.constant({C, H * D}, w);
+    Attributes a;
+    a.set("activation", std::string(activation ? "gelu" : "none"));
+    Value* y = projection == OpKind::kLinear ? b.node(OpKind::kLinear, {from, weight, b.constant({H * D}, bias)}, a)
+                                             : b.node(OpKind::kMatMul, {from, weight});
+    return b.node(OpKind::kReshape, {y, b.ints({B, rows, H, D})});
+  };
+  Attributes a;
+  a.set("scale", 0.35355339f);
+  a.set("q_perm", std::vector<int64_t>{0, 2, 1, 3});
+  a.set("k_perm", std::vector<int64_t>{0, 2, 3, 1});
+  a.set("v_perm", std::vector<int64_t>{0, 2, 1, 3});
+  a.set("out_perm", std::vector<int64_t>{0, 2, 1, 3});
+  Value* q = heads(x, seq, 1, false);
+  Value* k = heads(context, context_seq, 2, false);
+  Value* v = heads(context, context_seq, 3, odd_one_out);
+  b.g.mark_output(b.node(OpKind::kAttention, {q, k, v}, a));
+}
+
+TEST(Fusion, QkvProjectionsOfOneTensor) {
+  using Counts = std::map<OpKind, int>;
+  // Self-attention: Q, K and V from one GEMM, its heads read as three slices.
+  auto counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, false); }, "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 1}, {OpKind::kReshape, 1}, {OpKind::kAttention, 1}}));
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kMatMul, false); }, "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kMatMul, 1}, {OpKind::kReshape, 1}, {OpKind::kAttention, 1}}));
+  // Cross-attention: K and V (of the context) merge, Q (of x) stays.
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kMatMul, true); }, "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kMatMul, 2}, {OpKind::kReshape, 2}, {OpKind::kAttention, 1}}));
+  // A projection with an activation is not a plain one: Q and K merge, V stays.
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, false, true); }, "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 2}, {OpKind::kReshape, 2}, {OpKind::kAttention, 1}}));
+  // Nothing to merge: cross-attention whose V has an activation.
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, true, true); }, "fuse_qkv", 0);
+  EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 3}, {OpKind::kReshape, 3}, {OpKind::kAttention, 1}}));
+}
+
+// fuse_qkv runs after assign_precision: a projection a policy computes in
+// another dtype than the rest keeps its own GEMM (here Q in bf16: K and V merge).
+TEST(Fusion, QkvProjectionsInDifferentPrecisionsStayApart) {
+  Builder b;
+  projected_attention(b, OpKind::kLinear, false);
+  ASSERT_TRUE(graph_infer_shapes(b.g).ok());
+  int projection = 0;
+  for (const auto& n : b.g.nodes())
+    if (n->op == OpKind::kLinear) n->name = "/attn/" + std::string(1, "qkv"[projection++]);
+  PassOptions options;
+  options.precision.nodes["/attn/q"] = DType::kBF16;
+  PassStats stats;
+  ASSERT_TRUE(run_passes(b.g, options, &stats).ok());
+  EXPECT_EQ(stats.counts["fuse_qkv"], 1);
+  EXPECT_EQ(stats.counts["fuse_qkv_projections"], 2);
+  int bf16_linears = 0;
+  for (const auto& n : b.g.nodes()) bf16_linears += n->op == OpKind::kLinear && computes_in_bf16(*n);
+  EXPECT_EQ(bf16_linears, 1);
+  EXPECT_EQ(op_counts(b.g)[OpKind::kLinear], 2);
+}
+
+// In bf16, Q, K and V sliced from one merged product give what three
+// products give (the same operands rounded alike): 80 tokens, past the 64
+// keys from which attention runs in bf16.
+TEST(Bf16, QkvSlicesOfOneProductMatchThreeProducts) {
+  NamedTensors inputs;
+  std::vector<Tensor> outputs[2];
+  for (bool merged : {false, true}) {
+    Builder b;
+    projected_attention(b, OpKind::kLinear, false, false, 80);
+    ASSERT_TRUE(graph_infer_shapes(b.g).ok());
+    PassOptions options;
+    options.precision.compute = DType::kBF16;
+    if (!merged) options.disabled.insert("fuse_qkv");
+    PassStats stats;
+    ASSERT_TRUE(run_passes(b.g, options, &stats).ok());
+    EXPECT_EQ(stats.counts["fuse_qkv"], merged ? 1 : 0);
+    EXPECT_EQ(stats.counts["assign_precision"], 4);  // the three projections and the attention
+    if (inputs.empty()) inputs.emplace_back("x", random_input(b.g.inputs()[0], 3));
+    auto y = EagerExecutor(b.g).run(inputs);
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    outputs[merged] = std::move(*y);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < outputs[0][0].numel(); ++i)
+    worst = std::max(worst, double(std::abs(outputs[0][0].data<float>()[i] - outputs[1][0].data<float>()[i])));
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST(Fusion, Geglu) {
   auto counts = fuse_and_compare(
       [](Builder& b) {
@@ -349,27 +447,33 @@ TEST(Fusion, ExactCountsOnTheReferenceModels) {
       {"text_encoder",  // 2 layers: QuickGELU MLPs, causal attention; 2 x 2 + final LayerNorm
        {{{"batch", 2}, {"sequence", 16}},
         {{"fuse_layer_norm", 5}, {"fuse_adaln", 0}, {"fuse_gelu", 2}, {"fuse_attention", 2}, {"fuse_silu", 0}, {"fuse_group_norm", 0},
-         {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 4}}}},
+         {"fuse_linear", 12}, {"fuse_linear_activation", 2}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 4},
+         {"fuse_qkv", 2}, {"fuse_qkv_projections", 6}}}},
       // dit: 4 blocks: tanh-GELU MLPs; 4 x 2 + final LayerNorm; SiLU in the
       // timestep/adaLN MLPs; 4 x 2 gated residuals
       {"dit",
        {{{"batch", 2}},
         {{"fuse_layer_norm", 9}, {"fuse_adaln", 9}, {"fuse_gelu", 4}, {"fuse_attention", 4}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
-         {"fuse_linear", 25}, {"fuse_linear_activation", 4}, {"fuse_linear_gate", 8}, {"fuse_linear_residual", 8}}}},
+         {"fuse_linear", 25}, {"fuse_linear_activation", 4}, {"fuse_linear_gate", 8}, {"fuse_linear_residual", 8},
+         {"fuse_qkv", 4}, {"fuse_qkv_projections", 12}}}},
       {"dit_tiny",
        {{{"batch", 2}},
         {{"fuse_layer_norm", 13}, {"fuse_adaln", 13}, {"fuse_gelu", 6}, {"fuse_attention", 6}, {"fuse_silu", 2}, {"fuse_group_norm", 0},
-         {"fuse_linear", 37}, {"fuse_linear_activation", 6}, {"fuse_linear_gate", 12}, {"fuse_linear_residual", 12}}}},
-      {"unet",  // 7 transformer blocks (self + cross attention, GEGLU); 24 GroupNorms, 17 followed by SiLU
+         {"fuse_linear", 37}, {"fuse_linear_activation", 6}, {"fuse_linear_gate", 12}, {"fuse_linear_residual", 12},
+         {"fuse_qkv", 6}, {"fuse_qkv_projections", 18}}}},
+      // unet: 7 transformer blocks (self + cross attention, GEGLU; Q, K, V of
+      // each self-attention and K, V of each cross-attention merge); 24
+      // GroupNorms, 17 followed by SiLU
+      {"unet",
        {{{"batch", 2}, {"height", 16}, {"width", 16}, {"sequence", 8}},
         {{"fuse_layer_norm", 21}, {"fuse_gelu", 7}, {"fuse_attention", 14}, {"fuse_silu", 19},
          {"fuse_group_norm", 24}, {"fuse_group_norm_with_silu", 17}, {"fuse_linear", 28}, {"fuse_linear_gate", 0}, {"fuse_linear_residual", 21},
-         {"fuse_conv", 0}, {"fuse_geglu", 7}}}},
+         {"fuse_conv", 0}, {"fuse_geglu", 7}, {"fuse_qkv", 14}, {"fuse_qkv_projections", 35}}}},
       {"vae_decoder",  // 14 GroupNorms, 13 followed by SiLU; one mid-block attention
        {{{"batch", 1}, {"height", 8}, {"width", 8}},
         {{"fuse_layer_norm", 0}, {"fuse_gelu", 0}, {"fuse_attention", 1}, {"fuse_silu", 13},
          {"fuse_group_norm", 14}, {"fuse_group_norm_with_silu", 13}, {"fuse_linear", 4},
-         {"fuse_conv", 0}}}},
+         {"fuse_conv", 0}, {"fuse_qkv", 1}, {"fuse_qkv_projections", 3}}}},
   };
   const std::set<OpKind> pieces = {OpKind::kReduceMean, OpKind::kErf, OpKind::kTanh, OpKind::kSigmoid,
                                    OpKind::kSoftmax, OpKind::kInstanceNormalization};

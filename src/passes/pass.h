@@ -57,6 +57,9 @@ Status fuse_attention(Graph& graph, PassStats* stats);
 // MatMul by a constant weight, bias Add, optional activation and residual
 // Add -> kiln.Linear (one GEMM with an epilogue).
 Status fuse_linear(Graph& graph, PassStats* stats);
+// Two or three of an attention's Q, K and V projections of one tensor ->
+// one projection whose slices it reads.
+Status fuse_qkv(Graph& graph, PassStats* stats);
 // Conv, then an activation -> kiln.Conv (the GEMM's epilogue).
 Status fuse_conv(Graph& graph, PassStats* stats);
 // 3x3 convolutions with stride 1 marked winograd = 1: the CPU kernel may run
@@ -71,6 +74,7 @@ Status specialize_shapes(Graph& graph, const std::map<std::string, int64_t>& dim
 struct PassInfo {
   const char* name;
   PassFn fn;
+  bool after_precision = false;  // runs once assign_precision has marked the nodes
 };
 // The passes in the order they run.
 std::span<const PassInfo> pass_pipeline();

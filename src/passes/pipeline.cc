@@ -22,6 +22,8 @@ constexpr PassInfo kPipeline[] = {
     {"fuse_conv", fuse_conv},
     {"winograd_conv", winograd_conv},  // after fuse_conv, so kiln.Conv nodes are marked too
     {"eliminate_dead_code", eliminate_dead_code},
+    // After assign_precision (run_passes): it merges only projections computed in the same dtype.
+    {"fuse_qkv", fuse_qkv, /*after_precision=*/true},
 };
 }  // namespace
 
@@ -44,11 +46,16 @@ Result<PassOptions> pass_options_from_json(const std::string& path) {
 }
 
 Status run_passes(Graph& graph, const PassOptions& options, PassStats* stats) {
-  for (const PassInfo& p : kPipeline) {
-    if (options.disabled.count(p.name)) continue;
-    if (Status s = p.fn(graph, stats); !s.ok()) return s.with_context(p.name);
-  }
+  auto run = [&](bool after_precision) -> Status {
+    for (const PassInfo& p : kPipeline) {
+      if (p.after_precision != after_precision || options.disabled.count(p.name)) continue;
+      if (Status s = p.fn(graph, stats); !s.ok()) return s.with_context(p.name);
+    }
+    return ok_status();
+  };
+  KILN_RETURN_IF_ERROR(run(false));
   KILN_RETURN_IF_ERROR(assign_precision(graph, options.precision, stats));
+  KILN_RETURN_IF_ERROR(run(true));
   graph.compact();
   if (Status s = graph_verify(graph); !s.ok()) return internal_error("after passes: {}", s.message());
   return ok_status();

@@ -30,10 +30,17 @@ int64_t node_flops(const Node& node) {
     case OpKind::kFusedConv: return 2 * out * shape_numel(*b) / std::max<int64_t>(1, (*b)[0]);
     case OpKind::kConvTranspose: return 2 * shape_numel(*a) * shape_numel(*b) / std::max<int64_t>(1, (*b)[0]);
     case OpKind::kAttention: {
-      // Q Kᵀ and P V: 2 Sq Sk D + 2 Sq Sk Dv per batch = 2 (|Q| + |Y|) Sk; Kᵀ's last dim is Sk.
+      // Q Kᵀ and P V: 2 Sq Sk D + 2 Sq Sk Dv per batch = 2 (|Q| + |Y|) Sk; Kᵀ's last dim is Sk. An
+      // operand's slice ([axis, start, length], fuse_qkv) gives it `length` along `axis`.
+      auto sliced = [&](Shape s, const char* slice) {
+        const std::vector<int64_t>* at = node.attrs.get_ints(slice);
+        if (at && at->size() == 3 && (*at)[0] >= 0 && size_t((*at)[0]) < s.size()) s[size_t((*at)[0])] = (*at)[2];
+        return s;
+      };
+      const Shape q = sliced(*a, "q_slice"), k = sliced(*b, "k_slice");
       const std::vector<int64_t>* k_perm = node.attrs.get_ints("k_perm");
-      const int64_t sk = k_perm && k_perm->size() == b->size() ? (*b)[size_t(k_perm->back())] : last(*b, 0);
-      return 2 * (shape_numel(*a) + out) * sk;
+      const int64_t sk = k_perm && k_perm->size() == k.size() ? k[size_t(k_perm->back())] : last(k, 0);
+      return 2 * (shape_numel(q) + out) * sk;
     }
     default: return 0;
   }

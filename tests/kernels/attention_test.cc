@@ -4,6 +4,7 @@
 #include <hwy/targets.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "heap_counter/heap_counter.h"
@@ -28,6 +29,11 @@ Attributes bshd(float scale) {
                 {"out_perm", Ints{0, 2, 1, 3}}});
 }
 Attributes scale_only(float scale) { return attrs({{"scale", scale}}); }
+// `a` with the named operands sliced to 3 heads (dim 2) from a given head.
+Attributes sliced(Attributes a, std::initializer_list<std::pair<const char*, int64_t>> first_heads) {
+  for (const auto& [attr, head] : first_heads) a.set(attr, Ints{2, head, 3});
+  return a;
+}
 
 // [rows, cols] of 0 and -inf: -inf where `masked(i, j)`.
 InputSpec mask_where(int64_t rows, int64_t cols, bool (*masked)(int64_t, int64_t)) {
@@ -84,6 +90,11 @@ TEST(Attention, MatchesReference) {
            {"threaded", op, bshd(0.125f), {f32({1, 512, 2, 64}), f32({1, 512, 2, 64}), f32({1, 512, 2, 64})}},
            // 16-column blocks and a tail of 8, both halves of a task, the last task 13 rows
            {"head dim 72", op, bshd(0.12f), {f32({2, 45, 2, 72}), f32({2, 70, 2, 72}), f32({2, 70, 2, 72})}},
+           // fuse_qkv's operands: each its own slice of heads of a merged projection.
+           {"sliced heads", op, sliced(bshd(0.25f), {{"q_slice", 0}, {"k_slice", 3}, {"v_slice", 6}}),
+            {f32({2, 20, 9, 16}), f32({2, 20, 9, 16}), f32({2, 20, 9, 16})}},
+           {"sliced K and V, mask", op, sliced(bshd(0.25f), {{"k_slice", 0}, {"v_slice", 3}}),
+            {f32({2, 37, 3, 16}), f32({2, 77, 6, 16}), f32({2, 77, 6, 16}), f32({37, 77}, -3, 3)}},
        })
     check_op(c);
 }
@@ -310,6 +321,15 @@ TEST(Attention, RejectsInvalidNodes) {
   expect_error(infer(scale_only(1), {r2, r2, r2}), "Q, K and V must have rank 3 or 4, not 2");
   expect_error(infer(scale_only(1), {x, SymShape{Dim(16), Dim(4), Dim(32)}, x}), "K has rank 3 but Q has rank 4");
   expect_error(infer(attrs({{"q_perm", Ints{0, 2, 1, 3}}}), {x, x, x}), "scale (a float attribute) is required");
+  Attributes past_end = bshd(0.1f);
+  past_end.set("k_slice", Ints{2, 2, 3});
+  expect_error(infer(past_end, {x, x, x}), "k_slice [2,2,3] is not [axis, start, length] within K's shape [2,16,4,32]");
+  Attributes bad_axis = bshd(0.1f);
+  bad_axis.set("v_slice", Ints{4, 0, 1});
+  expect_error(infer(bad_axis, {x, x, x}), "v_slice [4,0,1] is not [axis, start, length]");
+  Attributes huge = bshd(0.1f);
+  huge.set("q_slice", Ints{2, std::numeric_limits<int64_t>::max(), 2});
+  expect_error(infer(huge, {x, x, x}), "is not [axis, start, length]");
   auto f16 = [&] {
     Graph g;
     std::vector<Value*> in;

@@ -41,6 +41,10 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
   // The perms fuse_attention gives Q, K, V of shape [B, S, H, Dh].
   const Attributes bshd = a({{"scale", 0.25f}, {"q_perm", Ints{0, 2, 1, 3}}, {"k_perm", Ints{0, 2, 3, 1}},
                              {"v_perm", Ints{0, 2, 1, 3}}, {"out_perm", Ints{0, 2, 1, 3}}});
+  Attributes sliced = bshd;  // Q, K and V each 2 of 6 heads
+  sliced.set("q_slice", Ints{2, 0, 2});
+  sliced.set("k_slice", Ints{2, 2, 2});
+  sliced.set("v_slice", Ints{2, 4, 2});
   auto x = [&](Shape s) { return exact ? bf16_exact(std::move(s)) : f32(std::move(s)); };
   const Attributes conv3 = a({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
   Attributes conv3_winograd = conv3;
@@ -103,6 +107,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({1, 300, 2, 24}), x({1, 1100, 2, 24}), x({1, 1100, 2, 20})}},
       {"Attention odd head dim, odd keys in the last block", OpKind::kAttention, bshd,
        {x({1, 70, 2, 9}), x({1, 515, 2, 9}), x({1, 515, 2, 7})}},
+      {"Attention on slices of heads (fuse_qkv's)", OpKind::kAttention, sliced,
+       {x({1, 300, 6, 24}), x({1, 300, 6, 24}), x({1, 300, 6, 24})}},
       {"Attention rank 3 with a mask", OpKind::kAttention, a({{"scale", 0.3f}}),
        {x({3, 10, 8}), x({3, 8, 600}), x({3, 600, 5}), f32({10, 600}, -3, 3)}},
       {"Attention causal", OpKind::kAttention, a({{"scale", 0.25f}}),

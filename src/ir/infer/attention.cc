@@ -1,6 +1,9 @@
 // Shape inference for kiln.Attention (see ir/shape_inference.h).
 //
-// Q, K and V are read through their perms (identity when absent) as
+// Q, K and V are read through their perms (identity when absent), each
+// after its slice when it has one (q_slice = [axis, start, length]: Q's dim
+// `axis` cut to [start, start + length), fuse_qkv's operands that share one
+// projection; likewise k_slice and v_slice), as
 //   Qh = [batch..., Sq, D], Kt = [batch..., D, Sk], Vh = [batch..., Sk, Dv],
 // the Mask broadcasts to the scores [batch..., Sq, Sk], and
 // Y = Transpose([batch..., Sq, Dv], out_perm). The fusion pass builds these
@@ -19,9 +22,10 @@ namespace kiln {
 namespace {
 
 struct Operand {
-  std::string_view name, perm_attr;
+  std::string_view name, perm_attr, slice_attr;
 };
-constexpr std::array<Operand, 3> kOperands = {{{"Q", "q_perm"}, {"K", "k_perm"}, {"V", "v_perm"}}};
+constexpr std::array<Operand, 3> kOperands = {
+    {{"Q", "q_perm", "q_slice"}, {"K", "k_perm", "k_slice"}, {"V", "v_perm", "v_slice"}}};
 constexpr size_t kMaskInput = 3;
 
 // The rank Q, K and V share, or the perms' length when no shape is known;
@@ -57,6 +61,21 @@ Result<std::vector<int64_t>> read_perm(const InferContext& ctx, std::string_view
   }
   if (!valid) return ctx.error("{} [{}] is not a permutation of 0..{}", name, fmt::join(*attr, ","), rank - 1);
   return *attr;
+}
+
+// Operand i's shape after its slice attribute, checked to fit.
+Result<SymShape> sliced(const InferContext& ctx, size_t i, size_t rank) {
+  SymShape shape = ctx.input(i).shape.value_or(unknown_shape(int64_t(rank)));
+  const std::vector<int64_t>* slice = ctx.attrs().get_ints(kOperands[i].slice_attr);
+  if (!slice) return shape;
+  const bool valid = slice->size() == 3 && (*slice)[0] >= 0 && (*slice)[0] < int64_t(rank) && (*slice)[1] >= 0 &&
+                     (*slice)[2] > 0;
+  const Dim* dim = valid ? &shape[size_t((*slice)[0])] : nullptr;
+  if (!valid || (dim->known() && ((*slice)[2] > dim->value || (*slice)[1] > dim->value - (*slice)[2])))
+    return ctx.error("{} [{}] is not [axis, start, length] within {}'s shape {}", kOperands[i].slice_attr,
+                     fmt::join(*slice, ","), kOperands[i].name, sym_shape_to_string(shape));
+  shape[size_t((*slice)[0])] = Dim((*slice)[2]);
+  return shape;
 }
 
 // out[j] = in[perm[j]], as ONNX Transpose.
@@ -128,7 +147,8 @@ Status infer_Attention(InferContext& ctx) {
   std::array<SymShape, 3> logical;  // Qh, Kt, Vh
   for (size_t i = 0; i < kOperands.size(); ++i) {
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(ctx, kOperands[i].perm_attr, r));
-    logical[i] = transposed(ctx.input(i).shape.value_or(unknown_shape(int64_t(r))), perm);
+    KILN_ASSIGN_OR_RETURN(SymShape shape, sliced(ctx, i, r));
+    logical[i] = transposed(shape, perm);
   }
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_perm, read_perm(ctx, "out_perm", r));
   KILN_ASSIGN_OR_RETURN(SymShape out, scores_shape(ctx, logical));

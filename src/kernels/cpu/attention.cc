@@ -3,7 +3,10 @@
 //
 // This file turns the node into strides. No operand is transposed: logical
 // dim j of Qh has the stride of Q's dim q_perm[j] (likewise K and V), and O's
-// dim i is written with the stride of Y's dim j where out_perm[j] == i. All
+// dim i is written with the stride of Y's dim j where out_perm[j] == i. An
+// operand with a slice attribute (q_slice = [axis, start, length], see
+// fuse_qkv) starts `start` strides of its dim `axis` in and has `length`
+// there. All
 // index arrays are std::array of the rank bound 4: a compiled plan's replay
 // must see no heap allocation from this kernel.
 #include <omp.h>
@@ -61,9 +64,16 @@ int64_t perm_at(const std::vector<int64_t>* perm, int64_t rank, int64_t j) {
   return 4 - rank + (perm ? (*perm)[size_t(j)] : j);
 }
 
-// Transpose(x, perm) as a layout over x's memory.
-Layout transposed(const TensorView& x, const std::vector<int64_t>* perm) {
-  const Layout src = layout4(x);
+// Transpose(x[slice], perm) as a layout over x's memory from x + *offset.
+Layout transposed(const TensorView& x, const std::vector<int64_t>* perm, const std::vector<int64_t>* slice,
+                  int64_t* offset) {
+  Layout src = layout4(x);
+  *offset = 0;
+  if (slice) {
+    const size_t axis = size_t(4 - x.rank() + (*slice)[0]);
+    *offset = (*slice)[1] * src.stride[axis];
+    src.dim[axis] = (*slice)[2];
+  }
   Layout l = src;
   for (int64_t j = 0; j < x.rank(); ++j) {
     const size_t to = size_t(4 - x.rank() + j), from = size_t(perm_at(perm, x.rank(), j));
@@ -82,9 +92,10 @@ Strides output_strides(const TensorView& y, const std::vector<int64_t>* perm) {
 }
 
 attention_simd::Problem read_problem(const KernelContext& ctx) {
-  const Layout q = transposed(*ctx.input(0), ctx.attrs().get_ints("q_perm"));
-  const Layout k = transposed(*ctx.input(1), ctx.attrs().get_ints("k_perm"));
-  const Layout v = transposed(*ctx.input(2), ctx.attrs().get_ints("v_perm"));
+  int64_t q_offset, k_offset, v_offset;
+  const Layout q = transposed(*ctx.input(0), ctx.attrs().get_ints("q_perm"), ctx.attrs().get_ints("q_slice"), &q_offset);
+  const Layout k = transposed(*ctx.input(1), ctx.attrs().get_ints("k_perm"), ctx.attrs().get_ints("k_slice"), &k_offset);
+  const Layout v = transposed(*ctx.input(2), ctx.attrs().get_ints("v_perm"), ctx.attrs().get_ints("v_slice"), &v_offset);
   attention_simd::Problem p;
   p.b0 = q.dim[0];
   p.b1 = q.dim[1];
@@ -93,9 +104,9 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
   p.sk = k.dim[3];
   p.dv = v.dim[3];
   p.scale = ctx.attrs().get_float("scale", 1.0f);
-  p.q = ctx.input(0)->as<float>();
-  p.k = ctx.input(1)->as<float>();
-  p.v = ctx.input(2)->as<float>();
+  p.q = ctx.input(0)->as<float>() + q_offset;
+  p.k = ctx.input(1)->as<float>() + k_offset;
+  p.v = ctx.input(2)->as<float>() + v_offset;
   p.q_stride = q.stride;
   p.k_stride = k.stride;
   p.v_stride = v.stride;
@@ -119,15 +130,22 @@ Status run_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
 
 // On a CPU without bf16 products: the f32 kernel on copies of Q, K and V
 // rounded through bf16 (kept f32), which the products of bf16 values give.
+// Operands sliced from one input share its one copy.
 Status round_operands_through_bf16(KernelContext& ctx, attention_simd::Problem& p) {
   const float** operands[] = {&p.q, &p.k, &p.v};
+  float* copies[3] = {};
   for (size_t i = 0; i < 3; ++i) {
     const TensorView& in = *ctx.input(i);
-    float* copy = ctx.workspace ? static_cast<float*>(ctx.workspace->scratch(size_t(in.numel()) * sizeof(float)))
-                                : nullptr;
-    if (!copy) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
-    round_through_bf16(in.as<float>(), copy, in.numel(), true);
-    *operands[i] = copy;
+    float* copy = nullptr;
+    for (size_t j = 0; j < i; ++j)
+      if (ctx.input(j)->data == in.data) copy = copies[j];
+    if (!copy) {
+      copy = ctx.workspace ? static_cast<float*>(ctx.workspace->scratch(size_t(in.numel()) * sizeof(float))) : nullptr;
+      if (!copy) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
+      round_through_bf16(in.as<float>(), copy, in.numel(), true);
+    }
+    copies[i] = copy;
+    *operands[i] = copy + (*operands[i] - in.as<float>());
   }
   return ok_status();
 }

@@ -1,7 +1,8 @@
 // ref kernel for kiln.Attention (see kernels/kernel.h): the unfused formula,
 // softmax(Qh Kt * scale + Mask) Vh, in double, one row of scores at a time.
 // Operands are indexed by mapping logical coordinates back through their
-// perms, not by the strides the CPU kernel derives, so the two stay independent.
+// perms (and slices), not by the strides the CPU kernel derives, so the two
+// stay independent.
 #include <array>
 #include <cmath>
 #include <numeric>
@@ -16,14 +17,26 @@ namespace {
 // Logical coordinates [batch..., row, col]; only the first `rank` are used.
 using Coords = std::array<int64_t, 4>;
 
-// Element of x at logical coordinate `at` of Transpose(x, perm).
-double at_transposed(const TensorView& x, const std::vector<int64_t>& perm, const Coords& at) {
-  Coords source{};
-  for (size_t j = 0; j < perm.size(); ++j) source[size_t(perm[j])] = at[j];
-  int64_t flat = 0;
-  for (size_t k = 0; k < perm.size(); ++k) flat = flat * x.shape[k] + source[k];
-  return x.as<float>()[flat];
-}
+// Q, K or V: Transpose(x[slice], perm), where the slice (attribute
+// q_slice = [axis, start, length], likewise k_slice and v_slice) cuts x's
+// dim `axis` to [start, start + length).
+struct Operand {
+  const TensorView* x = nullptr;
+  std::vector<int64_t> perm;
+  Shape shape;  // x's, sliced
+  int64_t axis = 0, start = 0;
+
+  int64_t dim(int64_t j) const { return shape[size_t(perm[size_t(j)])]; }
+  // The element at logical coordinate `at`.
+  double at(const Coords& at) const {
+    Coords source{};
+    for (size_t j = 0; j < perm.size(); ++j) source[size_t(perm[j])] = at[j];
+    source[size_t(axis)] += start;
+    int64_t flat = 0;
+    for (size_t k = 0; k < perm.size(); ++k) flat = flat * x->shape[k] + source[k];
+    return x->as<float>()[flat];
+  }
+};
 
 // Element of the mask broadcast (numpy-style, trailing dims aligned) to the
 // rank-`rank` coordinate `at`.
@@ -49,33 +62,43 @@ Coords with_last(Coords batch, int64_t rank, int64_t a, int64_t b) {
   return batch;
 }
 
+Operand operand(const KernelContext& ctx, size_t i, const char* perm, const char* slice) {
+  Operand o;
+  o.x = ctx.input(i);
+  o.perm = perm_attr(ctx, perm, o.x->rank());
+  o.shape = o.x->shape;
+  if (const std::vector<int64_t>* s = ctx.attrs().get_ints(slice)) {
+    o.axis = (*s)[0];
+    o.start = (*s)[1];
+    o.shape[size_t(o.axis)] = (*s)[2];
+  }
+  return o;
+}
+
 struct Problem {
-  const TensorView *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
+  Operand q, k, v;
+  const TensorView* mask = nullptr;
   TensorView* y = nullptr;
   int64_t rank = 0;
-  std::vector<int64_t> q_perm, k_perm, v_perm, out_perm;
+  std::vector<int64_t> out_perm;
   double scale = 1;
   int64_t sq = 0, d = 0, sk = 0, dv = 0;
 };
 
 Problem read_problem(const KernelContext& ctx) {
   Problem a;
-  a.q = ctx.input(0);
-  a.k = ctx.input(1);
-  a.v = ctx.input(2);
+  a.q = operand(ctx, 0, "q_perm", "q_slice");
+  a.k = operand(ctx, 1, "k_perm", "k_slice");
+  a.v = operand(ctx, 2, "v_perm", "v_slice");
   a.mask = ctx.input(3);
   a.y = ctx.output(0);
-  a.rank = a.q->rank();
-  a.q_perm = perm_attr(ctx, "q_perm", a.rank);
-  a.k_perm = perm_attr(ctx, "k_perm", a.rank);
-  a.v_perm = perm_attr(ctx, "v_perm", a.rank);
+  a.rank = a.q.x->rank();
   a.out_perm = perm_attr(ctx, "out_perm", a.rank);
   a.scale = ctx.attrs().get_float("scale", 1.0f);
-  auto dim = [&](const TensorView* x, const std::vector<int64_t>& perm, int64_t j) { return x->shape[size_t(perm[j])]; };
-  a.sq = dim(a.q, a.q_perm, a.rank - 2);
-  a.d = dim(a.q, a.q_perm, a.rank - 1);
-  a.sk = dim(a.k, a.k_perm, a.rank - 1);
-  a.dv = dim(a.v, a.v_perm, a.rank - 1);
+  a.sq = a.q.dim(a.rank - 2);
+  a.d = a.q.dim(a.rank - 1);
+  a.sk = a.k.dim(a.rank - 1);
+  a.dv = a.v.dim(a.rank - 1);
   return a;
 }
 
@@ -85,8 +108,7 @@ void softmax_row(const Problem& a, const Coords& at, int64_t i, std::vector<doub
   for (int64_t j = 0; j < a.sk; ++j) {
     double dot = 0;
     for (int64_t t = 0; t < a.d; ++t)
-      dot += at_transposed(*a.q, a.q_perm, with_last(at, a.rank, i, t)) *
-             at_transposed(*a.k, a.k_perm, with_last(at, a.rank, t, j));
+      dot += a.q.at(with_last(at, a.rank, i, t)) * a.k.at(with_last(at, a.rank, t, j));
     p[j] = dot * a.scale + (a.mask ? at_broadcast(*a.mask, with_last(at, a.rank, i, j), a.rank) : 0.0);
     max = std::max(max, p[j]);
   }
@@ -102,7 +124,7 @@ void softmax_row(const Problem& a, const Coords& at, int64_t i, std::vector<doub
 void write_row(const Problem& a, const Coords& at, int64_t i, const std::vector<double>& p) {
   for (int64_t e = 0; e < a.dv; ++e) {
     double o = 0;
-    for (int64_t j = 0; j < a.sk; ++j) o += p[j] * at_transposed(*a.v, a.v_perm, with_last(at, a.rank, j, e));
+    for (int64_t j = 0; j < a.sk; ++j) o += p[j] * a.v.at(with_last(at, a.rank, j, e));
     const Coords out = with_last(at, a.rank, i, e);
     int64_t flat = 0;
     for (size_t k = 0; k < a.out_perm.size(); ++k) flat = flat * a.y->shape[k] + out[size_t(a.out_perm[k])];
@@ -118,13 +140,13 @@ Status ref_Attention(KernelContext& ctx) {
       return ctx.unsupported_error("input {} has dtype {}", i, dtype_name(ctx.input(i)->dtype));
   const Problem a = read_problem(ctx);
   int64_t batches = 1;
-  for (int64_t b = 0; b < a.rank - 2; ++b) batches *= a.q->shape[size_t(a.q_perm[b])];
+  for (int64_t b = 0; b < a.rank - 2; ++b) batches *= a.q.dim(b);
   std::vector<double> p(size_t(a.sk));
   for (int64_t n = 0; n < batches; ++n) {
     Coords at{};
     for (int64_t b = a.rank - 3, rest = n; b >= 0; --b) {
-      at[size_t(b)] = rest % a.q->shape[size_t(a.q_perm[b])];
-      rest /= a.q->shape[size_t(a.q_perm[b])];
+      at[size_t(b)] = rest % a.q.dim(b);
+      rest /= a.q.dim(b);
     }
     for (int64_t i = 0; i < a.sq; ++i) {
       softmax_row(a, at, i, p);

@@ -1,0 +1,152 @@
+// Q, K and V projection fusion. An attention's operands are usually
+// projections of one tensor, each split into heads:
+//
+//   q = Reshape(Linear(x, Wq, bq), [..., H, D])    likewise k and v, each a
+//   kiln.Attention(q, k, v)                         kiln.Linear or a MatMul
+//                                                   by a constant weight
+//
+// Two or three that read the same x become one projection with the weights
+// side by side, reshaped to [..., g H, D]; the attention reads each operand
+// as its slice of those heads (attribute q_slice = [axis, start, length],
+// likewise k_slice and v_slice). One GEMM instead of g: x is read (in bf16,
+// rounded) once, and its columns split across threads in one region instead
+// of g. Self-attention merges Q, K and V; cross-attention K and V.
+//
+// It runs after assign_precision (pipeline.cc): projections a precision
+// policy gives different dtypes stay apart, and the policy's node names are
+// matched before they merge.
+#include <cstring>
+
+#include "core/mapped_file.h"
+#include "passes/match.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kSliceAttr[3] = {"q_slice", "k_slice", "v_slice"};
+
+// An attention operand made by a projection and a head split.
+struct HeadSplit {
+  size_t operand = 0;          // 0 Q, 1 K, 2 V
+  Node* projection = nullptr;  // kiln.Linear with its bias alone, or a MatMul by a constant [K, N]
+  Node* reshape = nullptr;
+  Shape heads;  // the Reshape's output: [..., H, D]
+};
+
+bool plain_projection(const Node* n) {
+  if (!n || (n->op != OpKind::kLinear && n->op != OpKind::kMatMul) || n->inputs.size() < 2) return false;
+  const Value* w = n->inputs[1];
+  if (!w->constant || w->constant->dtype() != DType::kF32 || w->constant->rank() != 2) return false;
+  return n->op == OpKind::kMatMul ||
+         (n->inputs.size() == 3 && n->inputs[2]->constant && n->attrs.get_string("activation", "none") == "none");
+}
+
+std::optional<HeadSplit> head_split(const Node& attention, size_t operand) {
+  Value* heads = attention.inputs[operand];
+  Node* reshape = producer_of(heads, OpKind::kReshape);
+  if (!reshape || !used_once(heads) || attention.attrs.has(kSliceAttr[operand])) return std::nullopt;
+  Value* projected = reshape->inputs[0];
+  Node* projection = projected->producer;
+  if (!plain_projection(projection) || !used_once(projected)) return std::nullopt;
+  const std::optional<Shape> y = static_shape(projected), h = static_shape(heads);
+  const std::optional<Shape> x = static_shape(projection->inputs[0]);
+  // [lead..., N] -> [lead..., H, D], with x [lead..., K] (a MatMul does not broadcast it)
+  if (!y || !h || !x || h->size() != y->size() + 1 || x->size() != y->size() ||
+      !std::equal(y->begin(), y->end() - 1, h->begin()) || !std::equal(y->begin(), y->end() - 1, x->begin()) ||
+      h->end()[-2] * h->end()[-1] != y->back())
+    return std::nullopt;
+  return HeadSplit{operand, projection, reshape, *h};
+}
+
+// Whether b can share a's GEMM: the same input, op, precision and head split.
+bool mergeable(const HeadSplit& a, const HeadSplit& b) {
+  return a.projection->inputs[0] == b.projection->inputs[0] && a.projection->op == b.projection->op &&
+         computes_in_bf16(*a.projection) == computes_in_bf16(*b.projection) && a.heads == b.heads;
+}
+
+// The constants of input `i` of every projection, concatenated along their
+// last axis (weights [K, N] -> [K, g N], biases [N] -> [g N]).
+Tensor side_by_side(const std::vector<HeadSplit>& group, size_t i) {
+  const Tensor& first = *group[0].projection->inputs[i]->constant;
+  const int64_t cols = first.shape().back(), rows = first.numel() / cols, g = int64_t(group.size());
+  Shape shape = first.shape();
+  shape.back() = cols * g;
+  Tensor merged = Tensor::empty(DType::kF32, shape).value();
+  for (int64_t m = 0; m < g; ++m) {
+    const Tensor& part = *group[size_t(m)].projection->inputs[i]->constant;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(merged.data<float>() + (r * g + m) * cols, part.data<float>() + r * cols,
+                  size_t(cols) * sizeof(float));
+    // Read once: a mapped weight's pages need not stay resident beside the copy.
+    MappedFile::drop_resident_pages(part.view().data, part.nbytes());
+  }
+  return merged;
+}
+
+Value* new_value(Graph& graph, const std::string& name, const Shape& shape) {
+  Value* v = graph.add_value(graph.unique_name(name));
+  v->dtype = DType::kF32;
+  v->shape = sym_shape_from(shape);
+  return v;
+}
+
+// Replaces the group's projections and Reshapes by one of each, and points
+// the attention's operands at their slices.
+void merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group) {
+  const Node& first = *group[0].projection;
+  std::string name = first.name + "_";
+  for (const HeadSplit& s : group) name += "qkv"[s.operand];  // "..._qkv", "..._kv"
+  std::vector<Value*> inputs = {first.inputs[0]};
+  for (size_t i = 1; i < first.inputs.size(); ++i)
+    inputs.push_back(graph.add_constant(graph.unique_name(name + (i == 1 ? "_weight" : "_bias")), side_by_side(group, i)));
+  const int64_t g = int64_t(group.size());
+  Shape projected = *static_shape(first.outputs[0]);
+  projected.back() *= g;
+  Shape heads = group[0].heads;
+  const int64_t h = heads.end()[-2];
+  heads.end()[-2] *= g;
+  Value* y = new_value(graph, name, projected);
+  Value* split = new_value(graph, name + "_heads", heads);
+  graph.add_node(first.op, name, std::move(inputs), {y}, first.attrs);
+  Value* shape = graph.add_constant(graph.unique_name(name + "_shape"),
+                                    *Tensor::from_vector<int64_t>({int64_t(heads.size())}, heads));
+  graph.add_node(OpKind::kReshape, name + "_heads", {y, shape}, {split});
+  const int64_t axis = int64_t(heads.size()) - 2;
+  for (int64_t m = 0; m < g; ++m) {
+    const HeadSplit& s = group[size_t(m)];
+    graph.replace_all_uses(attention.inputs[s.operand], split);
+    graph.remove_node(s.reshape);
+    graph.remove_node(s.projection);
+    attention.attrs.set(kSliceAttr[s.operand], std::vector<int64_t>{axis, m * h, h});
+  }
+}
+
+}  // namespace
+
+Status fuse_qkv(Graph& graph, PassStats* stats) {
+  int64_t merged = 0, projections = 0;
+  for (Node* attention : nodes_of(graph, {OpKind::kAttention})) {
+    std::vector<HeadSplit> splits;
+    for (size_t i = 0; i < 3; ++i)
+      if (auto s = head_split(*attention, i)) splits.push_back(*s);
+    // Groups in operand order: Q with whichever of K and V matches it, then K with V.
+    std::vector<bool> taken(splits.size());
+    for (size_t lead = 0; lead < splits.size(); ++lead) {
+      std::vector<HeadSplit> group = {splits[lead]};
+      for (size_t j = lead + 1; j < splits.size(); ++j)
+        if (!taken[lead] && !taken[j] && mergeable(splits[lead], splits[j])) {
+          group.push_back(splits[j]);
+          taken[j] = true;
+        }
+      if (group.size() < 2) continue;
+      merge(graph, *attention, group);
+      ++merged;
+      projections += int64_t(group.size());
+    }
+  }
+  return finish_fusion(graph, stats, {{"fuse_qkv", merged}, {"fuse_qkv_projections", projections}});
+}
+
+}  // namespace kiln
