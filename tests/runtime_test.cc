@@ -1,10 +1,28 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "runtime/caching_allocator.h"
 #include "runtime/eager_executor.h"
 
 namespace kiln {
 namespace {
+
+// Small tensors come from malloc, large ones (1 MiB up) from a mapping of
+// their own: both zero-filled, 64-byte aligned and writable to the end.
+TEST(Tensor, EmptyIsZeroedAndAlignedAtEverySize) {
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000), int64_t(1) << 18, (int64_t(3) << 18) + 1}) {
+    auto t = Tensor::empty(DType::kF32, {n});
+    ASSERT_TRUE(t.ok()) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw()) % 64, 0u) << n;
+    const float* x = t->data<float>();
+    EXPECT_EQ(std::count(x, x + n, 0.0f), n) << n;
+    std::fill_n(t->data<float>(), n, 1.5f);
+    Tensor copy = *t;  // shares the storage, which outlives t
+    t = Status(invalid_argument("dropped"));
+    EXPECT_EQ(std::count(copy.data<float>(), copy.data<float>() + n, 1.5f), n) << n;
+  }
+}
 
 TEST(CachingAllocator, ReusesFreedBlocks) {
   auto alloc = CachingAllocator::create();

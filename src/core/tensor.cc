@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -38,19 +39,41 @@ Shape shape_strides(const Shape& shape) {
   return strides;
 }
 
+namespace {
+
+// A tensor of at least this many bytes gets pages of its own (an anonymous
+// mapping, zero-filled by the kernel), which go back to the system when it
+// is freed. From malloc, a large block freed amid others stays resident: a
+// plan frees each constant weight once it has packed it, and dit_medium's
+// (1.1 GB in f32) then kept its peak RSS at 1.97 GB where mappings give 1.19.
+constexpr size_t kMappedBytes = size_t(1) << 20;
+
+// `bytes` (a multiple of 64) zero-filled and 64-byte aligned, and its owner; null when none is left.
+std::shared_ptr<const void> zeroed_block(size_t bytes) {
+  if (bytes >= kMappedBytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    return std::shared_ptr<const void>(p, [bytes](const void* q) { munmap(const_cast<void*>(q), bytes); });
+  }
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) return nullptr;
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+}
+
+}  // namespace
+
 Result<Tensor> Tensor::empty(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel_checked(shape));
   size_t bytes = size_t(n) * dtype_size(dtype);
   if (bytes > physical_memory_bytes())
     return resource_exhausted("a tensor of shape {} needs {} bytes, more than this machine has",
                               shape_to_string(shape), bytes);
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (p == nullptr)
+  std::shared_ptr<const void> owner = zeroed_block(bytes == 0 ? 64 : (bytes + 63) / 64 * 64);
+  if (owner == nullptr)
     return resource_exhausted("cannot allocate {} bytes for a tensor of shape {}", bytes,
                               shape_to_string(shape));
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
-  std::shared_ptr<const void> owner(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  void* p = const_cast<void*>(owner.get());
   return Tensor(dtype, std::move(shape), p, std::move(owner));
 }
 
