@@ -68,12 +68,12 @@ bool mergeable(const HeadSplit& a, const HeadSplit& b) {
 
 // The constants of input `i` of every projection, concatenated along their
 // last axis (weights [K, N] -> [K, g N], biases [N] -> [g N]).
-Tensor side_by_side(const std::vector<HeadSplit>& group, size_t i) {
+Result<Tensor> side_by_side(const std::vector<HeadSplit>& group, size_t i) {
   const Tensor& first = *group[0].projection->inputs[i]->constant;
   const int64_t cols = first.shape().back(), rows = first.numel() / cols, g = int64_t(group.size());
   Shape shape = first.shape();
   shape.back() = cols * g;
-  Tensor merged = Tensor::empty(DType::kF32, shape).value();
+  KILN_ASSIGN_OR_RETURN(Tensor merged, Tensor::empty(DType::kF32, shape));
   for (int64_t m = 0; m < g; ++m) {
     const Tensor& part = *group[size_t(m)].projection->inputs[i]->constant;
     for (int64_t r = 0; r < rows; ++r)
@@ -94,13 +94,15 @@ Value* new_value(Graph& graph, const std::string& name, const Shape& shape) {
 
 // Replaces the group's projections and Reshapes by one of each, and points
 // the attention's operands at their slices.
-void merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group) {
+Status merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group) {
   const Node& first = *group[0].projection;
   std::string name = first.name + "_";
   for (const HeadSplit& s : group) name += "qkv"[s.operand];  // "..._qkv", "..._kv"
   std::vector<Value*> inputs = {first.inputs[0]};
-  for (size_t i = 1; i < first.inputs.size(); ++i)
-    inputs.push_back(graph.add_constant(graph.unique_name(name + (i == 1 ? "_weight" : "_bias")), side_by_side(group, i)));
+  for (size_t i = 1; i < first.inputs.size(); ++i) {  // the weight, and a Linear's bias
+    KILN_ASSIGN_OR_RETURN(Tensor merged, side_by_side(group, i));
+    inputs.push_back(graph.add_constant(graph.unique_name(name + (i == 1 ? "_weight" : "_bias")), std::move(merged)));
+  }
   const int64_t g = int64_t(group.size());
   Shape projected = *static_shape(first.outputs[0]);
   projected.back() *= g;
@@ -121,6 +123,7 @@ void merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group) {
     graph.remove_node(s.projection);
     attention.attrs.set(kSliceAttr[s.operand], std::vector<int64_t>{axis, m * h, h});
   }
+  return ok_status();
 }
 
 }  // namespace
@@ -141,7 +144,7 @@ Status fuse_qkv(Graph& graph, PassStats* stats) {
           taken[j] = true;
         }
       if (group.size() < 2) continue;
-      merge(graph, *attention, group);
+      KILN_RETURN_IF_ERROR(merge(graph, *attention, group));
       ++merged;
       projections += int64_t(group.size());
     }

@@ -92,10 +92,11 @@ Strides output_strides(const TensorView& y, const std::vector<int64_t>* perm) {
 }
 
 attention_simd::Problem read_problem(const KernelContext& ctx) {
+  const Attributes& a = ctx.attrs();
   int64_t q_offset, k_offset, v_offset;
-  const Layout q = transposed(*ctx.input(0), ctx.attrs().get_ints("q_perm"), ctx.attrs().get_ints("q_slice"), &q_offset);
-  const Layout k = transposed(*ctx.input(1), ctx.attrs().get_ints("k_perm"), ctx.attrs().get_ints("k_slice"), &k_offset);
-  const Layout v = transposed(*ctx.input(2), ctx.attrs().get_ints("v_perm"), ctx.attrs().get_ints("v_slice"), &v_offset);
+  const Layout q = transposed(*ctx.input(0), a.get_ints("q_perm"), a.get_ints("q_slice"), &q_offset);
+  const Layout k = transposed(*ctx.input(1), a.get_ints("k_perm"), a.get_ints("k_slice"), &k_offset);
+  const Layout v = transposed(*ctx.input(2), a.get_ints("v_perm"), a.get_ints("v_slice"), &v_offset);
   attention_simd::Problem p;
   p.b0 = q.dim[0];
   p.b1 = q.dim[1];
@@ -103,7 +104,7 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
   p.d = q.dim[3];
   p.sk = k.dim[3];
   p.dv = v.dim[3];
-  p.scale = ctx.attrs().get_float("scale", 1.0f);
+  p.scale = a.get_float("scale", 1.0f);
   p.q = ctx.input(0)->as<float>() + q_offset;
   p.k = ctx.input(1)->as<float>() + k_offset;
   p.v = ctx.input(2)->as<float>() + v_offset;
@@ -115,7 +116,7 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
     p.mask_stride = layout4(*mask).stride;
   }
   p.y = ctx.output(0)->as<float>();
-  p.y_stride = output_strides(*ctx.output(0), ctx.attrs().get_ints("out_perm"));
+  p.y_stride = output_strides(*ctx.output(0), a.get_ints("out_perm"));
   return p;
 }
 
