@@ -78,6 +78,21 @@ template <typename T>
 constexpr int64_t kNextBytesPerRow = std::max<int64_t>(1, kPanel * int64_t(sizeof(T)) * kRows / kBlockRows);
 template <typename T>
 constexpr int64_t kRowsPerLine = 64 / kNextBytesPerRow<T>;
+// A block of fewer tiles (fewer than kBlockRows rows of A) would leave
+// shares unclaimed, so its first kDensePrefetchers tiles prefetch a line
+// after every step instead (a row of K, f32; two, bf16), together the whole
+// panel. With only its tiles' shares prefetched, 3 of 8, SD's UNet's convs at
+// 4x4 (its 32 rows of patches against a 59 MB weight) waited on DRAM: their
+// time over the (untouched) 16x16 level's, in kiln profile, binaries
+// alternated, went 0.80-0.85 -> 0.70-0.71 (f32) and 0.61-0.62 -> 0.53 (bf16).
+template <typename T>
+constexpr int64_t kDenseBytesPerRow = 64 / (4 / int64_t(sizeof(T)));
+template <typename T>
+constexpr int64_t kDensePrefetchers = (kPanel * int64_t(sizeof(T)) + kDenseBytesPerRow<T> - 1) / kDenseBytesPerRow<T>;
+
+// How a tile prefetches the next panel: not at all, its equal share, or
+// densely (above).
+enum Prefetch : int { kNoPrefetch, kSharePrefetch, kDensePrefetch };
 
 int64_t PanelWidth() { return kPanel; }
 
@@ -143,22 +158,23 @@ HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, con
 
 // c[r, 0 : kPanel] = (load ? c : 0) + bias + sum over t < depth of
 // a[r, t] * b[t, :] for r < kTileRows. Row t of b is at b + t * kPanel (a
-// packed panel) or, kGathered, at b + b_rows[t]. kPrefetch, it also
+// packed panel) or, kGathered, at b + b_rows[t]. With kPrefetch, it also
 // prefetches its share of the next panel, from `next` on, a line after each
-// kRowsPerLine steps (see Pass). (A prefetch every step cost bf16 products
-// 4-5 %; a branch on the step, or the prefetch first in the step, made GCC
-// 12 store every sum every step.)
-template <int kTileRows, bool kGathered, bool kPrefetch, bool kHalf = false>
+// kRowsPerLine steps (kSharePrefetch) or each step (kDensePrefetch; see
+// Pass). (A prefetch every step in every block cost bf16 products 4-5 %; a
+// branch on the step, or the prefetch first in the step, made GCC 12 store
+// every sum every step.)
+template <int kTileRows, bool kGathered, Prefetch kPrefetch, bool kHalf = false>
 void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, const int64_t* b_rows,
           int64_t depth, float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias,
           const float* row_bias, const char* next) {
-  constexpr int64_t kLine = kPrefetch ? kRowsPerLine<float> : 1;
+  constexpr int64_t kLine = kPrefetch == kSharePrefetch ? kRowsPerLine<float> : 1;
   V lo[kTileRows], hi[kTileRows];
   StartSums<kTileRows, kHalf>(lo, hi, c, ldc, load, col_bias, row_bias);
   int64_t t = 0;
   for (; t + kLine <= depth; t += kLine) {
     for (int64_t u = 0; u < kLine; ++u) Step<kTileRows, kGathered, kHalf>(lo, hi, a, lda, b, b_rows, t + u);
-    if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
+    if constexpr (kPrefetch != kNoPrefetch) PrefetchLine(next + t / kLine * 64);
   }
   for (; t < depth; ++t) Step<kTileRows, kGathered, kHalf>(lo, hi, a, lda, b, b_rows, t);
   StoreSums<kTileRows, kHalf>(lo, hi, c, ldc);
@@ -186,17 +202,17 @@ HWY_INLINE void StepBf16(V* lo, V* hi, const bf16* HWY_RESTRICT a, int64_t lda, 
     if (!kHalf) hi[r].raw = _mm512_dpbf16_ps(hi[r].raw, ar, b_hi);
   }
 }
-template <int kTileRows, bool kPrefetch, bool kHalf = false>
+template <int kTileRows, Prefetch kPrefetch, bool kHalf = false>
 void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b, const int64_t*, int64_t depth,
               float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias, const float* row_bias,
               const char* next) {
-  constexpr int64_t kLine = kPrefetch ? kRowsPerLine<bf16> : 2;
+  constexpr int64_t kLine = kPrefetch == kSharePrefetch ? kRowsPerLine<bf16> : 2;
   V lo[kTileRows], hi[kTileRows];
   StartSums<kTileRows, kHalf>(lo, hi, c, ldc, load, col_bias, row_bias);
   int64_t t = 0;
   for (; t + kLine <= depth; t += kLine) {
     for (int64_t u = 0; u < kLine; u += 2) StepBf16<kTileRows, kHalf>(lo, hi, a, lda, b, t + u);
-    if constexpr (kPrefetch) PrefetchLine(next + t / kLine * 64);
+    if constexpr (kPrefetch != kNoPrefetch) PrefetchLine(next + t / kLine * 64);
   }
   for (; t < depth; t += 2) StepBf16<kTileRows, kHalf>(lo, hi, a, lda, b, t);
   StoreSums<kTileRows, kHalf>(lo, hi, c, ldc);
@@ -208,38 +224,49 @@ template <typename T>
 using TileFn = void (*)(const T*, int64_t, const T*, const int64_t*, int64_t, float*, int64_t, bool, const float*,
                         const float*, const char*);
 
-template <bool kGathered, bool kPrefetch, bool kHalf, int... kTileRows>
+template <bool kGathered, Prefetch kPrefetch, bool kHalf, int... kTileRows>
 constexpr auto MakeTiles(std::integer_sequence<int, kTileRows...>) {
   return std::array<TileFn<float>, sizeof...(kTileRows)>{&Tile<kTileRows + 1, kGathered, kPrefetch, kHalf>...};
 }
 // [r - 1]: the tile of r rows, for the last rows of C; B packed (prefetching
 // or not) or gathered; half tiles for a last panel of at most kLanes
 // columns (packed B: a gathered one has whole panels).
-constexpr auto kPackedTiles = MakeTiles<false, false, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kPrefetchingTiles = MakeTiles<false, true, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kGatheredTiles = MakeTiles<true, false, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kHalfTiles = MakeTiles<false, false, true>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPackedTiles = MakeTiles<false, kNoPrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingTiles = MakeTiles<false, kSharePrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kDensePrefetchingTiles =
+    MakeTiles<false, kDensePrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kGatheredTiles = MakeTiles<true, kNoPrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kHalfTiles = MakeTiles<false, kNoPrefetch, true>(std::make_integer_sequence<int, kRows>());
 #if KILN_GEMM_BF16
-template <bool kPrefetch, bool kHalf, int... kTileRows>
+template <Prefetch kPrefetch, bool kHalf, int... kTileRows>
 constexpr auto MakeBf16Tiles(std::integer_sequence<int, kTileRows...>) {
   return std::array<TileFn<bf16>, sizeof...(kTileRows)>{&TileBf16<kTileRows + 1, kPrefetch, kHalf>...};
 }
-constexpr auto kBf16Tiles = MakeBf16Tiles<false, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kPrefetchingBf16Tiles = MakeBf16Tiles<true, false>(std::make_integer_sequence<int, kRows>());
-constexpr auto kHalfBf16Tiles = MakeBf16Tiles<false, true>(std::make_integer_sequence<int, kRows>());
+constexpr auto kBf16Tiles = MakeBf16Tiles<kNoPrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kPrefetchingBf16Tiles = MakeBf16Tiles<kSharePrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kDensePrefetchingBf16Tiles =
+    MakeBf16Tiles<kDensePrefetch, false>(std::make_integer_sequence<int, kRows>());
+constexpr auto kHalfBf16Tiles = MakeBf16Tiles<kNoPrefetch, true>(std::make_integer_sequence<int, kRows>());
 #endif
 
 // The tile of `rows` rows for p's operands, over `cols` columns of a panel.
 // (A half tile does not prefetch: the pass's last panel is the one that
 // would.)
-TileFn<float> TileFor(const Problem& p, int64_t rows, int64_t cols, bool prefetch) {
+TileFn<float> TileFor(const Problem& p, int64_t rows, int64_t cols, Prefetch prefetch) {
   if (cols <= kLanes && !p.b_rows) return kHalfTiles[size_t(rows - 1)];
-  return (p.b_rows ? kGatheredTiles : prefetch ? kPrefetchingTiles : kPackedTiles)[size_t(rows - 1)];
+  if (p.b_rows) return kGatheredTiles[size_t(rows - 1)];
+  const auto& tiles = prefetch == kSharePrefetch   ? kPrefetchingTiles
+                      : prefetch == kDensePrefetch ? kDensePrefetchingTiles
+                                                   : kPackedTiles;
+  return tiles[size_t(rows - 1)];
 }
 #if KILN_GEMM_BF16
-TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, int64_t cols, bool prefetch) {
+TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, int64_t cols, Prefetch prefetch) {
   if (cols <= kLanes) return kHalfBf16Tiles[size_t(rows - 1)];
-  return (prefetch ? kPrefetchingBf16Tiles : kBf16Tiles)[size_t(rows - 1)];
+  const auto& tiles = prefetch == kSharePrefetch   ? kPrefetchingBf16Tiles
+                      : prefetch == kDensePrefetch ? kDensePrefetchingBf16Tiles
+                                                   : kBf16Tiles;
+  return tiles[size_t(rows - 1)];
 }
 #endif
 
@@ -301,6 +328,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
   const bool load = !first || e.accumulate;
   const bool finish = t0 + depth >= p.k && (e.activate || e.scale || e.residual);
   const int64_t width = (p.n + kPanel - 1) / kPanel * kPanel;  // columns of packed B
+  const bool whole_block = m1 - m0 == kBlockRows;                // its tiles share the prefetching
   for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
     // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
     const T* b = p.packed_b + j0 * p.k + t0 * kPanel;
@@ -322,10 +350,17 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       col_bias = edge_bias;
     }
     for (int64_t i0 = m0; i0 < m1; i0 += kRows) {
-      const int64_t rows = std::min<int64_t>(kRows, m1 - i0);
-      const auto tile = TileFor(p, rows, cols, prefetch);
+      const int64_t rows = std::min<int64_t>(kRows, m1 - i0), index = (i0 - m0) / kRows;
+      // The tile's share of the next panel: an equal one in a whole block,
+      // else half (or all) of it for each of the block's first tiles.
+      const Prefetch mode = !prefetch ? kNoPrefetch
+                            : whole_block ? kSharePrefetch
+                            : index < kDensePrefetchers<T> ? kDensePrefetch
+                                                           : kNoPrefetch;
+      const auto tile = TileFor(p, rows, cols, mode);
       const T* a = p.a + i0 * p.lda + t0;
-      const char* share = reinterpret_cast<const char*>(next) + (i0 - m0) / kRows * depth * kNextBytesPerRow<T>;
+      const char* share = reinterpret_cast<const char*>(next) +
+                          index * depth * (whole_block ? kNextBytesPerRow<T> : kDenseBytesPerRow<T>);
       const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
       float* c = p.c + i0 * p.ldc + j0;
       const float* residual = e.residual ? e.residual + i0 * p.ldc + j0 : nullptr;
