@@ -103,9 +103,11 @@ void BM_onednn(benchmark::State& state, dnnl::memory::data_type dt) {
 // reference DiT's, a UNet block's, a small DiT's (256 tokens x 2, hidden
 // 384, MLP 4x) and the medium DiT's (1024 tokens x 2, hidden 1152; its MLP's
 // in and out); then an SD UNet's at 32x32 latents x batch 2 (a projection
-// and GEGLU's), its keys from the text (77 tokens x 2, width 768) and its
-// 8x8 level's projections. Each shape runs kiln then oneDNN, next to each
-// other.
+// and GEGLU's), its keys from the text (77 tokens x 2, width 768), its 8x8
+// level's projections (one; Q, K and V as one; GEGLU's in and out), its
+// 16x16 level's GEGLU in, and a 3x3 conv's product at 4x4 (the batch's 32
+// pixels against 1280 channels' patches). Each shape runs kiln then oneDNN,
+// next to each other.
 const Shape3 kShapes[] = {{32, 64, 64},       {32, 256, 64},      {128, 128, 128},  {256, 320, 320},
                           {512, 384, 384},    {512, 1536, 384},   {512, 384, 1536}, {2048, 1152, 1152},
                           {2048, 4608, 1152}, {2048, 1152, 4608}, {2048, 320, 320}, {2048, 2560, 320},
