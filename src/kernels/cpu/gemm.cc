@@ -249,24 +249,24 @@ constexpr auto kDensePrefetchingBf16Tiles =
 constexpr auto kHalfBf16Tiles = MakeBf16Tiles<kNoPrefetch, true>(std::make_integer_sequence<int, kRows>());
 #endif
 
+// Of a packed B's tile tables, the one that prefetches as `prefetch` says.
+template <typename Tiles>
+const Tiles& ByPrefetch(Prefetch prefetch, const Tiles& none, const Tiles& share, const Tiles& dense) {
+  return prefetch == kSharePrefetch ? share : prefetch == kDensePrefetch ? dense : none;
+}
+
 // The tile of `rows` rows for p's operands, over `cols` columns of a panel.
 // (A half tile does not prefetch: the pass's last panel is the one that
 // would.)
 TileFn<float> TileFor(const Problem& p, int64_t rows, int64_t cols, Prefetch prefetch) {
   if (cols <= kLanes && !p.b_rows) return kHalfTiles[size_t(rows - 1)];
   if (p.b_rows) return kGatheredTiles[size_t(rows - 1)];
-  const auto& tiles = prefetch == kSharePrefetch   ? kPrefetchingTiles
-                      : prefetch == kDensePrefetch ? kDensePrefetchingTiles
-                                                   : kPackedTiles;
-  return tiles[size_t(rows - 1)];
+  return ByPrefetch(prefetch, kPackedTiles, kPrefetchingTiles, kDensePrefetchingTiles)[size_t(rows - 1)];
 }
 #if KILN_GEMM_BF16
 TileFn<bf16> TileFor(const Bf16Problem&, int64_t rows, int64_t cols, Prefetch prefetch) {
   if (cols <= kLanes) return kHalfBf16Tiles[size_t(rows - 1)];
-  const auto& tiles = prefetch == kSharePrefetch   ? kPrefetchingBf16Tiles
-                      : prefetch == kDensePrefetch ? kDensePrefetchingBf16Tiles
-                                                   : kBf16Tiles;
-  return tiles[size_t(rows - 1)];
+  return ByPrefetch(prefetch, kBf16Tiles, kPrefetchingBf16Tiles, kDensePrefetchingBf16Tiles)[size_t(rows - 1)];
 }
 #endif
 
