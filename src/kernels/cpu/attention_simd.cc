@@ -12,6 +12,15 @@
 // are one tile routine (TileProduct): kRows-float columns times scalars
 // broadcast from k or v through their strides, so any perm of K and V runs
 // the same vector code and neither is ever copied.
+//
+// Tried and dropped (single thread, 2 x 6 heads x 64 dims at 256 tokens and
+// 2 x 16 x 72 at 1024, tokens first, binaries alternated): P·V the other
+// way round, as a GEMM's tile (scores broadcast, V's rows loaded, the output
+// row-major so that y's rows are plain stores, not gathers): 1.10-1.13 ->
+// 1.07-1.09 ms at 64 dims, but 54-56 -> 61-64 ms at 72, whose rows of V fill
+// 4.5 vectors where the query rows always fill whole ones. Without the
+// exps altogether (an upper bound on a cheaper exp), 256 tokens ran in
+// 1.04-1.10 ms against 1.17-1.22.
 #include "kernels/cpu/attention_simd.h"
 
 #include <omp.h>
@@ -52,6 +61,8 @@ constexpr int64_t kRows = 2 * kLanes;
 static_assert(kRows <= kMaxRows, "scratch_floats sizes tiles for kMaxRows rows");
 // Tile columns per pass: 2 * kTileCols accumulators, plus the column pair
 // and a broadcast, must fit the register file (32 vectors with AVX-512, else 16).
+// (12 columns, in key blocks of 48 or 96, ran no faster in
+// kiln_bench_attention.)
 constexpr int kTileCols = HWY_TARGET <= HWY_AVX3 ? 8 : 4;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
