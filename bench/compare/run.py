@@ -38,10 +38,12 @@ KILN = os.path.join(ROOT, "build", "kiln")
 THREADS = "2"
 # Timed runs per measurement (a warm-up run first): more where a run is short.
 PIPELINE = "tiny_sd_pipeline"  # --only's name for the tiny SD pipeline end to end
-ITERS = {"dit_tiny": 50, "dit_small": 10, "clip_l": 10, "vae_decoder_256": 4, "unet_sd15": 4, "dit_medium": 3}
+ITERS = {"dit_tiny": 50, "dit_small": 20, "clip_l": 10, "vae_decoder_256": 4, "unet_sd15": 4, "dit_medium": 3}
 # Rounds per model (--rounds overrides): more for the small models, whose rounds take seconds, and for
 # the medium DiT, whose ratio to ONNX Runtime sits by its target (two rounds once gave 1.31x and 1.15x).
-ROUNDS = {"dit_tiny": 4, "dit_small": 4, "dit_medium": 4}
+# The small DiT's ratio sits by its target too (its 4 rounds once spread 1.32x-1.47x): 8 rounds of 20
+# runs, about 4 minutes.
+ROUNDS = {"dit_tiny": 4, "dit_small": 8, "dit_medium": 4}
 DEFAULT_ROUNDS = 2
 # The order runners run in (reversed every other round): kiln graph f32 next to ONNX Runtime, kiln graph
 # bf16 next to PyTorch bf16 (avx512; default two away) and one away from ONNX Runtime. The targets against
