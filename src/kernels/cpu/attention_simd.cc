@@ -13,8 +13,9 @@
 // broadcast from k or v through their strides, so any perm of K and V runs
 // the same vector code and neither is ever copied.
 //
-// Tried and dropped (single thread, 2 x 6 heads x 64 dims at 256 tokens and
-// 2 x 16 x 72 at 1024, tokens first, binaries alternated): P·V the other
+// Tried and dropped (attention_f32 timed alone on one thread, by a harness
+// outside the tree, 2 x 6 heads x 64 dims at 256 tokens and 2 x 16 x 72 at
+// 1024, tokens first, binaries alternated): P·V the other
 // way round, as a GEMM's tile (scores broadcast, V's rows loaded, the output
 // row-major so that y's rows are plain stores, not gathers): 1.10-1.13 ->
 // 1.07-1.09 ms at 64 dims, but 54-56 -> 61-64 ms at 72, whose rows of V fill

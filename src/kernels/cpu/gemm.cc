@@ -570,9 +570,11 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
   // oneDNN's speed on 2 threads, 97 % on one.) Splitting rows first, so
   // that each thread reads the rows of A it wrote in the op before (a norm,
   // a residual product) from its own caches, measured within this host's
-  // noise: dit_small f32 took 0.96x and 1.01x the time (medians of two sets
-  // of 12 alternated runs), unet_sd15 1.00x; with attention's tasks batch
-  // first as well, unet_sd15 1.04x and dit_medium 1.05x (6 and 4 runs).
+  // noise (kiln bench, medians of alternated runs' ratios): rows first in
+  // every product, dit_small f32 took 0.96x the time (12 runs); that and
+  // attention's tasks batch first, unet_sd15 1.04x (6), dit_medium 1.05x
+  // (4); rows first only where a part has 96-288 rows (all of dit_small's
+  // products), dit_small 1.01x (12), unet_sd15 1.00x (8).
   assert(p.b_segment == 0);  // see gemm.h
   const bool prefetch = prefetches_b(p);  // decided on the whole of B, not a thread's tiles
   constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
