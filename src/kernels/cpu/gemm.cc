@@ -27,6 +27,12 @@
 // runs of the binaries before and after (2 threads, a noisy Zen 5): f32
 // 2048 x 4608 x 1152 0.79-0.94 -> 0.94-0.96, 2048 x 1152 x 4608 0.67-0.78 ->
 // 0.83-0.94; bf16 0.83-1.07 -> 0.90-1.11 and 0.74-0.88 -> 0.95-1.10.
+// What a cold B still costs (a harness timing multiply() on 2 threads, B
+// one of 40 packed copies of the weight in turn against the same one each
+// time): 512 x 1152 x 384 395 against 403-421 GFLOP/s, 512 x 1536 x 384 393-396
+// against 403-405, 512 x 384 x 384 386-389 against 409: 2-6 %, short of the
+// 8-15 % by which dit_small's products ran slower in the model (358-388
+// GFLOP/s in kiln profile) than alone (422).
 //
 // bf16 products (TileBf16, AVX-512 targets with AVX512-BF16) use the same
 // blocks and tiles, two of K's rows a step, and slices of as many bytes. In
