@@ -7,6 +7,7 @@
 // Transposed back. It becomes one kiln.Attention reading the untransposed
 // tensors (the Transposes become its perms), so neither the score matrix nor
 // the transposed copies are ever written.
+#include "ir/attention_attrs.h"
 #include "passes/match.h"
 #include "passes/pass.h"
 
@@ -109,11 +110,11 @@ Status fuse_attention(Graph& graph, PassStats* stats) {
       out = t->outputs[0];
     }
     Attributes attrs;
-    attrs.set("scale", scale);
-    attrs.set("q_perm", q_perm);
-    attrs.set("k_perm", k_perm);
-    attrs.set("v_perm", v_perm);
-    attrs.set("out_perm", out_perm);
+    attrs.set(attention_attrs::kScale, scale);
+    attrs.set(attention_attrs::kOperands[0].perm, q_perm);
+    attrs.set(attention_attrs::kOperands[1].perm, k_perm);
+    attrs.set(attention_attrs::kOperands[2].perm, v_perm);
+    attrs.set(attention_attrs::kOutPerm, out_perm);
     std::vector<Value*> inputs = {q, k, v};
     if (mask) inputs.push_back(mask);
     const std::string name = softmax->name + "_attention";

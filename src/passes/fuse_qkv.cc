@@ -18,14 +18,13 @@
 #include <cstring>
 
 #include "core/mapped_file.h"
+#include "ir/attention_attrs.h"
 #include "passes/match.h"
 #include "passes/pass.h"
 
 namespace kiln {
 
 namespace {
-
-constexpr const char* kSliceAttr[3] = {"q_slice", "k_slice", "v_slice"};
 
 // An attention operand made by a projection and a head split.
 struct HeadSplit {
@@ -46,7 +45,8 @@ bool plain_projection(const Node* n) {
 std::optional<HeadSplit> head_split(const Node& attention, size_t operand) {
   Value* heads = attention.inputs[operand];
   Node* reshape = producer_of(heads, OpKind::kReshape);
-  if (!reshape || !used_once(heads) || attention.attrs.has(kSliceAttr[operand])) return std::nullopt;
+  if (!reshape || !used_once(heads) || attention.attrs.has(attention_attrs::kOperands[operand].slice))
+    return std::nullopt;
   Value* projected = reshape->inputs[0];
   Node* projection = projected->producer;
   if (!plain_projection(projection) || !used_once(projected)) return std::nullopt;
@@ -121,7 +121,7 @@ Status merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group)
     graph.replace_all_uses(attention.inputs[s.operand], split);
     graph.remove_node(s.reshape);
     graph.remove_node(s.projection);
-    attention.attrs.set(kSliceAttr[s.operand], std::vector<int64_t>{axis, m * h, h});
+    attention.attrs.set(attention_attrs::kOperands[s.operand].slice, std::vector<int64_t>{axis, m * h, h});
   }
   return ok_status();
 }

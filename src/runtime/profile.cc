@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "ir/attention_attrs.h"
+
 namespace kiln {
 
 namespace {
@@ -37,8 +39,9 @@ int64_t node_flops(const Node& node) {
         if (at && at->size() == 3 && (*at)[0] >= 0 && size_t((*at)[0]) < s.size()) s[size_t((*at)[0])] = (*at)[2];
         return s;
       };
-      const Shape q = sliced(*a, "q_slice"), k = sliced(*b, "k_slice");
-      const std::vector<int64_t>* k_perm = node.attrs.get_ints("k_perm");
+      using attention_attrs::kOperands;
+      const Shape q = sliced(*a, kOperands[0].slice), k = sliced(*b, kOperands[1].slice);
+      const std::vector<int64_t>* k_perm = node.attrs.get_ints(kOperands[1].perm);
       const int64_t sk = k_perm && k_perm->size() == k.size() ? k[size_t(k_perm->back())] : last(k, 0);
       return 2 * (shape_numel(q) + out) * sk;
     }

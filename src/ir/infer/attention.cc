@@ -15,17 +15,14 @@
 #include <numeric>
 #include <string_view>
 
+#include "ir/attention_attrs.h"
 #include "ir/infer/infer_util.h"
 
 namespace kiln {
 
 namespace {
 
-struct Operand {
-  std::string_view name, perm_attr, slice_attr;
-};
-constexpr std::array<Operand, 3> kOperands = {
-    {{"Q", "q_perm", "q_slice"}, {"K", "k_perm", "k_slice"}, {"V", "v_perm", "v_slice"}}};
+using attention_attrs::kOperands;
 constexpr size_t kMaskInput = 3;
 
 // The rank Q, K and V share, or the perms' length when no shape is known;
@@ -41,7 +38,7 @@ Result<std::optional<size_t>> operand_rank(const InferContext& ctx) {
     rank = s->size();
     from = kOperands[i].name;
   }
-  for (std::string_view attr : {"q_perm", "k_perm", "v_perm", "out_perm"})
+  for (std::string_view attr : {kOperands[0].perm, kOperands[1].perm, kOperands[2].perm, attention_attrs::kOutPerm})
     if (const auto* perm = ctx.attrs().get_ints(attr); perm && !rank) rank = perm->size();
   if (rank && *rank != 3 && *rank != 4) return ctx.error("Q, K and V must have rank 3 or 4, not {}", *rank);
   return rank;
@@ -66,13 +63,13 @@ Result<std::vector<int64_t>> read_perm(const InferContext& ctx, std::string_view
 // Operand i's shape after its slice attribute, checked to fit.
 Result<SymShape> sliced(const InferContext& ctx, size_t i, size_t rank) {
   SymShape shape = ctx.input(i).shape.value_or(unknown_shape(int64_t(rank)));
-  const std::vector<int64_t>* slice = ctx.attrs().get_ints(kOperands[i].slice_attr);
+  const std::vector<int64_t>* slice = ctx.attrs().get_ints(kOperands[i].slice);
   if (!slice) return shape;
   const bool valid = slice->size() == 3 && (*slice)[0] >= 0 && (*slice)[0] < int64_t(rank) && (*slice)[1] >= 0 &&
                      (*slice)[2] > 0;
   const Dim* dim = valid ? &shape[size_t((*slice)[0])] : nullptr;
   if (!valid || (dim->known() && ((*slice)[2] > dim->value || (*slice)[1] > dim->value - (*slice)[2])))
-    return ctx.error("{} [{}] is not [axis, start, length] within {}'s shape {}", kOperands[i].slice_attr,
+    return ctx.error("{} [{}] is not [axis, start, length] within {}'s shape {}", kOperands[i].slice,
                      fmt::join(*slice, ","), kOperands[i].name, sym_shape_to_string(shape));
   shape[size_t((*slice)[0])] = Dim((*slice)[2]);
   return shape;
@@ -136,7 +133,7 @@ Status infer_Attention(InferContext& ctx) {
     KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
   }
   if (ctx.has_input(kMaskInput)) KILN_RETURN_IF_ERROR(require_dtype(ctx, kMaskInput, {DType::kF32}));
-  const AttributeValue* scale = ctx.attrs().find("scale");
+  const AttributeValue* scale = ctx.attrs().find(attention_attrs::kScale);
   if (!scale || !std::holds_alternative<float>(*scale)) return ctx.error("scale (a float attribute) is required");
   KILN_ASSIGN_OR_RETURN(std::optional<size_t> rank, operand_rank(ctx));
   if (!rank) {
@@ -146,11 +143,11 @@ Status infer_Attention(InferContext& ctx) {
   const size_t r = *rank;
   std::array<SymShape, 3> logical;  // Qh, Kt, Vh
   for (size_t i = 0; i < kOperands.size(); ++i) {
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(ctx, kOperands[i].perm_attr, r));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> perm, read_perm(ctx, kOperands[i].perm, r));
     KILN_ASSIGN_OR_RETURN(SymShape shape, sliced(ctx, i, r));
     logical[i] = transposed(shape, perm);
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_perm, read_perm(ctx, "out_perm", r));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> out_perm, read_perm(ctx, attention_attrs::kOutPerm, r));
   KILN_ASSIGN_OR_RETURN(SymShape out, scores_shape(ctx, logical));
   if (ctx.has_input(kMaskInput)) KILN_RETURN_IF_ERROR(check_mask(ctx, out));
   out.back() = logical[2][r - 1];  // [batch..., Sq, Dv]

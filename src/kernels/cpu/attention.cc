@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 
+#include "ir/attention_attrs.h"
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/bf16.h"
@@ -94,9 +95,11 @@ Strides output_strides(const TensorView& y, const std::vector<int64_t>* perm) {
 attention_simd::Problem read_problem(const KernelContext& ctx) {
   const Attributes& a = ctx.attrs();
   int64_t q_offset, k_offset, v_offset;
-  const Layout q = transposed(*ctx.input(0), a.get_ints("q_perm"), a.get_ints("q_slice"), &q_offset);
-  const Layout k = transposed(*ctx.input(1), a.get_ints("k_perm"), a.get_ints("k_slice"), &k_offset);
-  const Layout v = transposed(*ctx.input(2), a.get_ints("v_perm"), a.get_ints("v_slice"), &v_offset);
+  auto operand = [&](size_t i, int64_t* offset) {
+    const attention_attrs::Operand& names = attention_attrs::kOperands[i];
+    return transposed(*ctx.input(i), a.get_ints(names.perm), a.get_ints(names.slice), offset);
+  };
+  const Layout q = operand(0, &q_offset), k = operand(1, &k_offset), v = operand(2, &v_offset);
   attention_simd::Problem p;
   p.b0 = q.dim[0];
   p.b1 = q.dim[1];
@@ -104,7 +107,7 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
   p.d = q.dim[3];
   p.sk = k.dim[3];
   p.dv = v.dim[3];
-  p.scale = a.get_float("scale", 1.0f);
+  p.scale = a.get_float(attention_attrs::kScale, 1.0f);
   p.q = ctx.input(0)->as<float>() + q_offset;
   p.k = ctx.input(1)->as<float>() + k_offset;
   p.v = ctx.input(2)->as<float>() + v_offset;
@@ -116,7 +119,7 @@ attention_simd::Problem read_problem(const KernelContext& ctx) {
     p.mask_stride = layout4(*mask).stride;
   }
   p.y = ctx.output(0)->as<float>();
-  p.y_stride = output_strides(*ctx.output(0), a.get_ints("out_perm"));
+  p.y_stride = output_strides(*ctx.output(0), a.get_ints(attention_attrs::kOutPerm));
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ir/attention_attrs.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
@@ -62,12 +63,12 @@ Coords with_last(Coords batch, int64_t rank, int64_t a, int64_t b) {
   return batch;
 }
 
-Operand operand(const KernelContext& ctx, size_t i, const char* perm, const char* slice) {
+Operand operand(const KernelContext& ctx, size_t i) {
   Operand o;
   o.x = ctx.input(i);
-  o.perm = perm_attr(ctx, perm, o.x->rank());
+  o.perm = perm_attr(ctx, attention_attrs::kOperands[i].perm, o.x->rank());
   o.shape = o.x->shape;
-  if (const std::vector<int64_t>* s = ctx.attrs().get_ints(slice)) {
+  if (const std::vector<int64_t>* s = ctx.attrs().get_ints(attention_attrs::kOperands[i].slice)) {
     o.axis = (*s)[0];
     o.start = (*s)[1];
     o.shape[size_t(o.axis)] = (*s)[2];
@@ -87,14 +88,14 @@ struct Problem {
 
 Problem read_problem(const KernelContext& ctx) {
   Problem a;
-  a.q = operand(ctx, 0, "q_perm", "q_slice");
-  a.k = operand(ctx, 1, "k_perm", "k_slice");
-  a.v = operand(ctx, 2, "v_perm", "v_slice");
+  a.q = operand(ctx, 0);
+  a.k = operand(ctx, 1);
+  a.v = operand(ctx, 2);
   a.mask = ctx.input(3);
   a.y = ctx.output(0);
   a.rank = a.q.x->rank();
-  a.out_perm = perm_attr(ctx, "out_perm", a.rank);
-  a.scale = ctx.attrs().get_float("scale", 1.0f);
+  a.out_perm = perm_attr(ctx, attention_attrs::kOutPerm, a.rank);
+  a.scale = ctx.attrs().get_float(attention_attrs::kScale, 1.0f);
   a.sq = a.q.dim(a.rank - 2);
   a.d = a.q.dim(a.rank - 1);
   a.sk = a.k.dim(a.rank - 1);
