@@ -122,7 +122,7 @@ struct Bf16GemmChoice {
 
 const Bf16GemmChoice& bf16_gemm_choice() {
   static const Bf16GemmChoice chosen = []() -> Bf16GemmChoice {
-    if (!gemm::has_bf16_products()) return {Bf16Gemm::kOnednn, "no AVX512-BF16 on this CPU"};
+    if (!gemm::has_bf16_products()) return {Bf16Gemm::kOnednn, "no AVX512-BF16 on this CPU, or ONEDNN_MAX_CPU_ISA below it"};
     const Result<std::optional<Bf16Gemm>> setting = bf16_gemm_setting();
     if (setting.ok() && setting->has_value()) return {**setting, "set by KILN_BF16_GEMM"};
     if (onednn_has_amx()) return {Bf16Gemm::kOnednn, "AMX"};

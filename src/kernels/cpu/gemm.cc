@@ -508,6 +508,8 @@ void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k,
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <oneapi/dnnl/dnnl.hpp>
+
 namespace kiln::gemm {
 
 HWY_EXPORT(PanelWidth);
@@ -530,7 +532,10 @@ void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 }
 
 bool has_bf16_products() {
-  static const bool has = HWY_DYNAMIC_DISPATCH(Bf16Products)();
+  static const bool has = [] {
+    const unsigned bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+    return HWY_DYNAMIC_DISPATCH(Bf16Products)() && (unsigned(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
+  }();
   return has;
 }
 
