@@ -151,21 +151,23 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
   }
 }
 
-// Where bf16_gemm() picks kiln's GEMM (AVX512-BF16, no AMX), the products
-// of kiln.Linear, Gemm, MatMul by a weight, kiln.Attention and 1-D and 2-D
-// convolutions of one group run on it, and a plan's replay of them allocates
-// nothing; grouped bf16 Convs still run on oneDNN, whose executions
-// allocate (which shows the count is live). Where it picks oneDNN's
-// primitives (AMX, or KILN_BF16_GEMM=onednn as ctest's bf16_on_onednn sets
-// it), the Linears' replays allocate: the choice took effect.
+// Where bf16_gemm() picks kiln's GEMM (kKiln: AVX512-BF16, no AMX; kKilnF32:
+// no AVX512-BF16, as ctest's bf16_without_avx512 has it), the products of
+// kiln.Linear, Gemm, MatMul by a weight (kKilnF32: every MatMul),
+// kiln.Attention and 1-D and 2-D convolutions of one group run on it, and a
+// plan's replay of them allocates nothing; grouped bf16 Convs still run on
+// oneDNN, whose executions allocate (which shows the count is live). Where
+// it picks oneDNN's primitives (AMX, or KILN_BF16_GEMM=onednn as ctest's
+// bf16_on_onednn sets it), the Linears' replays allocate: the choice took
+// effect.
 TEST(Bf16, GemmProductsReplayWithoutAllocating) {
-  if (!gemm::has_bf16_products()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   if (replay_allocations(cases(true, false)[0]) < 0) GTEST_SKIP() << "no heap counter (sanitizer build)";
-  const bool kiln_gemm = bf16_gemm() == Bf16Gemm::kKiln;
+  const bool kiln_gemm = bf16_gemm() != Bf16Gemm::kOnednn;
   for (const OpCase& c : cases(true, false)) {
     SCOPED_TRACE(c.label);
     const bool on_gemm = c.op == OpKind::kLinear || c.op == OpKind::kAttention || c.label.starts_with("Gemm transB") ||
                          c.label == "Gemm no C" || c.label.starts_with("MatMul by a") ||
+                         (c.op == OpKind::kMatMul && bf16_gemm() == Bf16Gemm::kKilnF32) ||
                          ((c.op == OpKind::kConv || c.op == OpKind::kFusedConv) && c.label != "Conv groups");
     if (!kiln_gemm) {
       if (c.op == OpKind::kLinear) {

@@ -76,6 +76,13 @@ Result<void*> rounded_copy(KernelContext& ctx, size_t index) {
   return data;
 }
 
+Result<const float*> rounded_f32_copy(KernelContext& ctx, const float* x, int64_t n) {
+  auto* copy = ctx.workspace ? static_cast<float*>(ctx.workspace->scratch(size_t(n) * sizeof(float))) : nullptr;
+  if (!copy) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
+  round_through_bf16(x, copy, n, true);
+  return static_cast<const float*>(copy);
+}
+
 bool onednn_has_bf16() {
   static const bool has = [] {
     try {
@@ -102,7 +109,7 @@ Result<std::optional<Bf16Gemm>> bf16_gemm_setting() {
   const char* value = std::getenv(kBf16GemmVariable);
   const std::string_view v = value ? value : "";
   if (v.empty() || v == "auto") return std::optional<Bf16Gemm>();
-  if (v == "kiln") return std::optional<Bf16Gemm>(Bf16Gemm::kKiln);
+  if (v == "kiln") return std::optional<Bf16Gemm>(gemm::has_bf16_products() ? Bf16Gemm::kKiln : Bf16Gemm::kKilnF32);
   if (v == "onednn") return std::optional<Bf16Gemm>(Bf16Gemm::kOnednn);
   return invalid_argument("{}={}: expected auto, kiln or onednn", kBf16GemmVariable, v);
 }
@@ -122,9 +129,10 @@ struct Bf16GemmChoice {
 
 const Bf16GemmChoice& bf16_gemm_choice() {
   static const Bf16GemmChoice chosen = []() -> Bf16GemmChoice {
-    if (!gemm::has_bf16_products()) return {Bf16Gemm::kOnednn, "no AVX512-BF16 on this CPU, or ONEDNN_MAX_CPU_ISA below it"};
     const Result<std::optional<Bf16Gemm>> setting = bf16_gemm_setting();
     if (setting.ok() && setting->has_value()) return {**setting, "set by KILN_BF16_GEMM"};
+    if (!gemm::has_bf16_products())
+      return {Bf16Gemm::kKilnF32, "no AVX512-BF16 on this CPU, or ONEDNN_MAX_CPU_ISA below it"};
     if (onednn_has_amx()) return {Bf16Gemm::kOnednn, "AMX"};
     return {Bf16Gemm::kKiln, "AVX512-BF16, no AMX"};
   }();
@@ -135,11 +143,21 @@ const Bf16GemmChoice& bf16_gemm_choice() {
 
 Bf16Gemm bf16_gemm() { return bf16_gemm_choice().gemm; }
 
-std::string_view bf16_gemm_name(Bf16Gemm gemm) { return gemm == Bf16Gemm::kKiln ? "kiln" : "onednn"; }
+std::string_view bf16_gemm_name(Bf16Gemm gemm) {
+  switch (gemm) {
+    case Bf16Gemm::kKiln: return "kiln";
+    case Bf16Gemm::kKilnF32: return "kiln_f32";
+    case Bf16Gemm::kOnednn: break;
+  }
+  return "onednn";
+}
 
 std::string describe_bf16_gemm() {
   const Bf16GemmChoice& c = bf16_gemm_choice();
-  return fmt::format("{} ({})", c.gemm == Bf16Gemm::kKiln ? "kiln's GEMM" : "oneDNN's primitives", c.why);
+  const char* what = c.gemm == Bf16Gemm::kKiln      ? "kiln's GEMM"
+                     : c.gemm == Bf16Gemm::kKilnF32 ? "kiln's f32 GEMM on operands rounded through bf16"
+                                                    : "oneDNN's primitives";
+  return fmt::format("{} ({})", what, c.why);
 }
 
 Status check_bf16_gemm_setting() { return bf16_gemm_setting().status(); }

@@ -24,21 +24,30 @@ void round_through_bf16(const float* x, float* dst, int64_t n, bool parallel);
 // products on operands rounded through bf16.
 bool onednn_has_bf16();
 
-// What runs the bf16 products of kiln.Linear, Gemm, MatMul by one matrix and
-// 1-D and 2-D convolutions of one group.
-enum class Bf16Gemm { kKiln, kOnednn };
+// What runs the bf16 products of kiln.Linear, Gemm, MatMul and 1-D and 2-D
+// convolutions of one group.
+enum class Bf16Gemm {
+  kKiln,     // kiln's GEMM on bf16 products (gemm.h: vdpbf16ps)
+  kKilnF32,  // kiln's f32 GEMM on operands rounded through bf16: the same results
+  kOnednn,   // oneDNN's bf16 primitives
+};
 
-// kiln's GEMM (gemm.h: vdpbf16ps, nothing allocated) where the CPU has
-// AVX512-BF16 and oneDNN sees no AMX; oneDNN's primitives where it does
-// (its tile products run at several times vdpbf16ps' rate: oneDNN's bf16
-// matmul is reported at 1.8-2.9 TFLOP/s on two AMX cores, where vdpbf16ps
-// tops out near twice f32's 0.4) and where the CPU has no AVX512-BF16.
-// Environment variable KILN_BF16_GEMM=kiln or =onednn overrides the choice
-// (kiln only where the CPU has AVX512-BF16), to compare the two; read once.
-// kiln.Attention runs on kiln's GEMM wherever the CPU has AVX512-BF16: oneDNN
-// has no fused attention to hand it to.
+// kiln's GEMM (nothing allocated) where the CPU has AVX512-BF16 and oneDNN
+// sees no AMX; oneDNN's primitives where it does (its tile products run at
+// several times vdpbf16ps' rate: oneDNN's bf16 matmul is reported at
+// 1.8-2.9 TFLOP/s on two AMX cores, where vdpbf16ps tops out near twice
+// f32's 0.4). Where the CPU has no AVX512-BF16 (gemm::has_bf16_products()),
+// kiln's f32 GEMM on operands rounded through bf16: with
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE here, graph mode, against f32 alternated,
+// dit_small took 1.02-1.09x f32's time and unet_sd15 1.00-1.01x, where
+// oneDNN's primitives (bf16 emulated on AVX-512) took 2.34-2.43x and
+// 3.11-3.14x and allocated on every replay (405 and 3058 times). Environment variable
+// KILN_BF16_GEMM=kiln or =onednn overrides the choice, to compare the two;
+// read once. kiln.Attention runs on kiln's GEMM wherever the CPU has
+// AVX512-BF16 (oneDNN has no fused attention to hand it to), else on the f32
+// kernel with its operands rounded through bf16.
 Bf16Gemm bf16_gemm();
-std::string_view bf16_gemm_name(Bf16Gemm gemm);  // "kiln", "onednn"
+std::string_view bf16_gemm_name(Bf16Gemm gemm);  // "kiln", "kiln_f32", "onednn"
 // The choice and its reason, for kiln bench: "kiln's GEMM (AVX512-BF16, no AMX)".
 std::string describe_bf16_gemm();
 
@@ -50,5 +59,8 @@ Status check_bf16_gemm_setting();
 // Input `index` (f32) rounded into kernel scratch: as bf16 where
 // onednn_has_bf16(), else as f32 rounded through bf16.
 Result<void*> rounded_copy(KernelContext& ctx, size_t index);
+// n floats from x rounded through bf16 into kernel scratch (f32), for
+// Bf16Gemm::kKilnF32's products.
+Result<const float*> rounded_f32_copy(KernelContext& ctx, const float* x, int64_t n);
 
 }  // namespace kiln

@@ -451,6 +451,35 @@ Result<const T*> packed_operand(KernelContext& ctx, size_t index, const float* b
   return static_cast<const T*>(packed);
 }
 
+// Whether this node's products run in f32 on operands rounded through bf16
+// (Bf16Gemm::kKilnF32: it computes in bf16 on a CPU without bf16 products).
+// The CPU's answer first: f32 replays then look up no attribute.
+bool rounds_operands(const KernelContext& ctx) {
+  return bf16_gemm() == Bf16Gemm::kKilnF32 && computes_in_bf16(*ctx.node);
+}
+
+// Input `index` as f32 products read it: itself, or rounded through bf16
+// into scratch where rounds_operands().
+Result<const float*> product_input(KernelContext& ctx, size_t index) {
+  const TensorView& x = *ctx.input(index);
+  if (!rounds_operands(ctx)) return x.as<float>();
+  return rounded_f32_copy(ctx, x.as<float>(), x.numel());
+}
+
+// packed_operand<float>, its values rounded through bf16 where
+// rounds_operands(): once, as it is packed (a plan's copy keeps them so).
+Result<const float*> packed_product_operand(KernelContext& ctx, size_t index, const float* b, int64_t row_stride,
+                                            int64_t col_stride, int64_t k, int64_t n, float scale = 1.0f) {
+  if (!rounds_operands(ctx)) return packed_operand(ctx, index, b, row_stride, col_stride, k, n, scale);
+  const bool packed_before = ctx.state && dynamic_cast<const PackedOperand<float>*>(ctx.state->get());
+  KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, index, b, row_stride, col_stride, k, n, scale));
+  if (!packed_before) {
+    float* values = const_cast<float*>(packed);  // just packed, by this call: the state's or scratch
+    round_through_bf16(values, values, gemm::packed_floats(k, n), true);
+  }
+  return packed;
+}
+
 // `rows` rows of k floats rounded to bf16 for gemm's bf16 products (an A
 // operand): rows of gemm::bf16_depth(k), an odd k's last column zero.
 void round_rows_to_bf16(const float* in, int64_t rows, int64_t k, bf16* out) {
@@ -581,16 +610,17 @@ Status cpu_MatMul(KernelContext& ctx) {
     fill_zero(y);
     return ok_status();
   }
-  if (computes_in_bf16(*ctx.node)) {
+  if (computes_in_bf16(*ctx.node) && bf16_gemm() != Bf16Gemm::kKilnF32) {
     if (b.numel() == k * n && bf16_gemm() == Bf16Gemm::kKiln) return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, {});
     return guard_dnnl(ctx, [&] { return matmul_bf16(ctx, m, n, k); });
   }
-  const float *pa = a.as<float>(), *pb = b.as<float>();
+  KILN_ASSIGN_OR_RETURN(const float* pa, product_input(ctx, 0));
+  const float* pb = b.as<float>();
   float* py = y.as<float>();
   // B shared by every batch (a 2-D weight): fold A's batch into its rows,
   // one large GEMM instead of many small ones.
   if (b.numel() == k * n) {
-    KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, pb, n, 1, k, n));
+    KILN_ASSIGN_OR_RETURN(const float* packed, packed_product_operand(ctx, 1, pb, n, 1, k, n));
     gemm::multiply({a.numel() / k, n, k, pa, k, packed, py, n}, {}, true);
     return ok_status();
   }
@@ -609,6 +639,9 @@ Status cpu_MatMul(KernelContext& ctx) {
     a_step[d] = a_dim == 1 ? 0 : int64_t(a_stride);
     b_step[d] = b_dim == 1 ? 0 : int64_t(b_stride);
     a_stride *= size_t(a_dim), b_stride *= size_t(b_dim);
+  }
+  if (rounds_operands(ctx)) {
+    KILN_ASSIGN_OR_RETURN(pb, product_input(ctx, 1));
   }
   const int64_t batches = y.numel() / (m * n);
   const int64_t slot = thread_slot<float>(gemm::packed_floats(k, n));
@@ -662,7 +695,8 @@ Status cpu_Gemm(KernelContext& ctx) {
     if (!add_c) fill_zero(y);
     return ok_status();
   }
-  if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f) {  // the products added to Y
+  if (computes_in_bf16(*ctx.node) && !trans_a && alpha == 1.0f && bf16_gemm() != Bf16Gemm::kKilnF32) {
+    // The products added to Y.
     if (bf16_gemm() == Bf16Gemm::kKiln)
       return multiply_bf16(ctx, m, n, k, trans_b ? 1 : n, trans_b ? k : 1, {.accumulate = add_c});
     if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
@@ -674,15 +708,23 @@ Status cpu_Gemm(KernelContext& ctx) {
       return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, trans_b ? Shape{1, k} : Shape{n, 1}, {m, n}, nullptr, attr);
     });
   }
+  // kKilnF32: rounded through bf16 (as where the bf16 products above run);
+  // a transposed A, or an alpha, keeps f32 on every CPU.
+  const bool rounded = rounds_operands(ctx) && !trans_a && alpha == 1.0f;
   const float* pa = a.as<float>();
+  if (rounded) {
+    KILN_ASSIGN_OR_RETURN(pa, product_input(ctx, 0));
+  }
   if (trans_a) {  // the GEMM reads A by rows: transpose it into scratch
     KILN_ASSIGN_OR_RETURN(float* at, scratch_floats(ctx, m * k, "A transposed"));
     for (int64_t i = 0; i < m; ++i)
       for (int64_t t = 0; t < k; ++t) at[i * k + t] = pa[t * m + i];
     pa = at;
   }
-  KILN_ASSIGN_OR_RETURN(const float* packed,
-                        packed_operand(ctx, 1, b.as<float>(), trans_b ? 1 : n, trans_b ? k : 1, k, n, alpha));
+  const float* pb = b.as<float>();
+  const int64_t row_stride = trans_b ? 1 : n, col_stride = trans_b ? k : 1;
+  KILN_ASSIGN_OR_RETURN(const float* packed, rounded ? packed_product_operand(ctx, 1, pb, row_stride, col_stride, k, n)
+                                                     : packed_operand(ctx, 1, pb, row_stride, col_stride, k, n, alpha));
   gemm::multiply({m, n, k, pa, k, packed, py, n}, {.accumulate = add_c}, true);
   return ok_status();
 }
@@ -713,9 +755,12 @@ struct ConvGeometry final : KernelState {
   // Its products in bf16, on kiln's GEMM (where bf16_gemm() says so;
   // elsewhere bf16 convolutions run on oneDNN).
   bool bf16_products = false;
+  // Its products in f32 on the input and weight rounded through bf16
+  // (Bf16Gemm::kKilnF32).
+  bool rounds_operands = false;
   // The weight as the conv reads it, made once in a plan (own_conv_weight):
   // packed as B (pixels_as_rows), Winograd's transformed filters, or rows
-  // rounded to bf16.
+  // rounded to bf16 (or through bf16: rounds_operands).
   PackedOperand<float> weight;
   PackedOperand<bf16> bf16_weight;
   int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
@@ -728,6 +773,25 @@ struct ConvGeometry final : KernelState {
 
 const ConvGeometry* geometry_of(const KernelContext& ctx) {
   return ctx.state ? dynamic_cast<const ConvGeometry*>(ctx.state->get()) : nullptr;
+}
+
+// A convolution's input and weight as its f32 products read them: x and w
+// themselves, or, where g.rounds_operands, rounded through bf16: x into
+// scratch on every call, w as the plan's copy holds it (own_conv_weight;
+// Winograd's and pixels_as_rows' read that copy, not w) or into scratch.
+struct ConvOperands {
+  const float *x, *w;
+};
+Result<ConvOperands> conv_operands(KernelContext& ctx, const ConvGeometry& g) {
+  ConvOperands in{ctx.input(0)->as<float>(), ctx.input(1)->as<float>()};
+  if (!g.rounds_operands) return in;
+  KILN_ASSIGN_OR_RETURN(in.x, rounded_f32_copy(ctx, in.x, ctx.input(0)->numel()));
+  if (!g.weight.data) {
+    KILN_ASSIGN_OR_RETURN(in.w, rounded_f32_copy(ctx, in.w, ctx.input(1)->numel()));
+  } else if (!g.winograd_tile && !g.pixels_as_rows) {
+    in.w = g.weight.data;
+  }
+  return in;
 }
 
 // Packs the input patches of output pixels [p0, p0 + count) of one image
@@ -815,7 +879,8 @@ void panels_to_bf16(const float* panels, int64_t k, int64_t count, bf16* packed)
 // rounded to bf16 (g.bf16_weight in a plan, else rounded on this call) and
 // the patches are packed again from f32 into bf16 panels.
 Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
-  const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
+  KILN_ASSIGN_OR_RETURN(const ConvOperands in, conv_operands(ctx, g));
+  const float *x = in.x, *w = in.w;
   float* y = ctx.output(0)->as<float>();
   const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels, depth = gemm::bf16_depth(k);
   const int64_t chunk = 4 * gemm::panel_width();
@@ -904,7 +969,8 @@ void gather_patch_row(const ConvGeometry& g, const float* x, int64_t row, float*
 // with the bias and activation, then transposed into Y [image, OC, pixels]
 // with the residual added on the way.
 Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
-  const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
+  KILN_ASSIGN_OR_RETURN(const ConvOperands in, conv_operands(ctx, g));
+  const float *x = in.x, *w = in.w;
   float* y = ctx.output(0)->as<float>();
   const int64_t k = g.patch(), pixels = g.pixels(), rows = g.batch * pixels, oc = g.out_channels;
   KILN_ASSIGN_OR_RETURN(float* patches, scratch_floats(ctx, rows * k, "input patches"));
@@ -952,7 +1018,8 @@ Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
 // (channel, kernel row r, kernel column s) is the output row's width of
 // padded inputs from padded row `row + r * dilation`, column s * dilation.
 Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
-  const float *x = ctx.input(0)->as<float>(), *w = ctx.input(1)->as<float>();
+  KILN_ASSIGN_OR_RETURN(const ConvOperands in, conv_operands(ctx, g));
+  const float *x = in.x, *w = in.w;
   float* y = ctx.output(0)->as<float>();
   const int64_t k = g.patch(), pixels = g.pixels(), oc = g.out_channels, threads = thread_slots();
   const int64_t reach = (g.kernel_h - 1) * g.dilation_h, padded_w = g.out_width + (g.kernel_w - 1) * g.dilation_w;
@@ -1029,17 +1096,18 @@ Status conv_winograd_as(KernelContext& ctx, const ConvGeometry& g, const T* kept
   const winograd::Conv c = winograd_conv(g);
   const int threads = omp_get_max_threads();
   constexpr bool bf16 = std::is_same_v<T, kiln::bf16>;
+  KILN_ASSIGN_OR_RETURN(const ConvOperands in, conv_operands(ctx, g));
   const T* filters = kept;
   if (!filters) {
     KILN_ASSIGN_OR_RETURN(void* u,
                           scratch_bytes(ctx, winograd::filter_count(c, bf16) * sizeof(T), "Winograd's filters"));
-    winograd::transform_filters(c, ctx.input(1)->as<float>(), static_cast<T*>(u), threads);
+    winograd::transform_filters(c, in.w, static_cast<T*>(u), threads);
     filters = static_cast<const T*>(u);
   }
   KILN_ASSIGN_OR_RETURN(void* scratch,
                         scratch_bytes(ctx, winograd::scratch_bytes(c, threads, bf16), "Winograd's tiles"));
   const TensorView *bias = ctx.input(2), *residual = ctx.node->op == OpKind::kFusedConv ? ctx.input(3) : nullptr;
-  winograd::convolve(c, ctx.input(0)->as<float>(), filters, bias ? bias->as<float>() : nullptr,
+  winograd::convolve(c, in.x, filters, bias ? bias->as<float>() : nullptr,
                      residual ? residual->as<float>() : nullptr, ctx.output(0)->as<float>(), scratch, threads);
   return ok_status();
 }
@@ -1060,11 +1128,23 @@ int64_t winograd_tile(const KernelContext& ctx, const winograd::Conv& c, bool bf
 
 // A plan step's copy of its constant weight w as its path reads it:
 // Winograd's transformed filters; packed as B (pixels_as_rows); else, for
-// bf16 products, its rows rounded to bf16 (f32 products read w itself).
+// bf16 products, its rows rounded to bf16 (f32 products read w itself, or
+// its rows rounded through bf16 where g.rounds_operands). Where
+// g.rounds_operands, the filters and the packed B are made from w rounded.
 Status own_conv_weight(const KernelContext& ctx, ConvGeometry& g, const float* w) {
+  const int64_t k = g.patch();
+  std::vector<float> rounded;  // a plan's recording call only
+  if (g.rounds_operands) {
+    const bool rows = !g.winograd_tile && !g.pixels_as_rows;
+    if (rows) KILN_RETURN_IF_ERROR(allocate_owned(ctx, g.weight, 1, size_t(g.out_channels * k)));
+    else rounded.resize(size_t(g.out_channels * k));
+    float* to = rows ? g.weight.data : rounded.data();
+    round_through_bf16(w, to, g.out_channels * k, true);
+    if (rows) return ok_status();
+    w = to;
+  }
   if (g.winograd_tile)
     return g.bf16_products ? own_winograd_filters(ctx, g, w, g.bf16_weight) : own_winograd_filters(ctx, g, w, g.weight);
-  const int64_t k = g.patch();
   if (g.pixels_as_rows)
     return g.bf16_products ? pack_owned(ctx, g.bf16_weight, 1, w, 1, k, k, g.out_channels)
                            : pack_owned(ctx, g.weight, 1, w, 1, k, k, g.out_channels);
@@ -1253,9 +1333,10 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   // channels, f32 (see kBf16MinOutChannels).
   const bool bf16 =
       !transpose && computes_in_bf16(*ctx.node) && out_channels / g >= kBf16MinOutChannels;
-  // kiln's GEMM: f32, or bf16 where bf16_gemm() picks it.
+  // kiln's GEMM: f32, or bf16 where bf16_gemm() picks it (bf16 products, or
+  // f32 ones on rounded operands).
   const bool winograd_marked = ctx.attrs().get_int("winograd", 0) > 0;
-  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || bf16_gemm() == Bf16Gemm::kKiln)) {
+  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || bf16_gemm() != Bf16Gemm::kOnednn)) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
     const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
@@ -1269,12 +1350,13 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
       cg.height = cg.out_height = 1;
     }
     cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
-    cg.rows_in_place = !bf16 && !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
+    cg.bf16_products = bf16 && bf16_gemm() == Bf16Gemm::kKiln;
+    cg.rounds_operands = bf16 && bf16_gemm() == Bf16Gemm::kKilnF32;
+    cg.rows_in_place = !cg.bf16_products && !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
                        cg.out_width % gemm::panel_width() == 0;  // its B rows in place are f32
     if (winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
         cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 && !fused_epilogue(ctx, true).activate)
-      cg.winograd_tile = winograd_tile(ctx, winograd_conv(cg), bf16);
-    cg.bf16_products = bf16;
+      cg.winograd_tile = winograd_tile(ctx, winograd_conv(cg), cg.bf16_products);
     if (packs_weight(ctx, 1))  // a plan's constant weight, as the path below reads it (conv_gemm_or_rows)
       KILN_RETURN_IF_ERROR(own_conv_weight(ctx, cg, w.as<float>()));
     if (!recording(ctx)) return conv_gemm_or_rows(ctx, cg);
@@ -1573,7 +1655,7 @@ Status cpu_Linear(KernelContext& ctx) {
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
   if (computes_in_bf16(*ctx.node) && bf16_gemm() == Bf16Gemm::kKiln)
     return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, fused_epilogue(ctx, false));
-  if (computes_in_bf16(*ctx.node)) {  // oneDNN, the epilogue as post-ops, a gate after them
+  if (computes_in_bf16(*ctx.node) && bf16_gemm() == Bf16Gemm::kOnednn) {  // the epilogue as post-ops, a gate after
     const bool gated = ctx.input(4) != nullptr;
     KILN_RETURN_IF_ERROR(guard_dnnl(ctx, [&] {
       const int64_t m = a.numel() / k;
@@ -1585,11 +1667,12 @@ Status cpu_Linear(KernelContext& ctx) {
     }));
     return apply_gate(ctx);
   }
-  KILN_ASSIGN_OR_RETURN(const float* packed, packed_operand(ctx, 1, w.as<float>(), n, 1, k, n));
+  KILN_ASSIGN_OR_RETURN(const float* packed, packed_product_operand(ctx, 1, w.as<float>(), n, 1, k, n));
+  KILN_ASSIGN_OR_RETURN(const float* pa, product_input(ctx, 0));
   const int64_t m = a.numel() / k;
   gemm::Epilogue e = fused_epilogue(ctx, false);
   set_gate(ctx, m, n, e);
-  gemm::multiply({m, n, k, a.as<float>(), k, packed, y.as<float>(), n}, e, true);
+  gemm::multiply({m, n, k, pa, k, packed, y.as<float>(), n}, e, true);
   return ok_status();
 }
 
