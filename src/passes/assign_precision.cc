@@ -2,9 +2,9 @@
 //
 // Tensors stay f32 everywhere; a node marked bf16 rounds its operands to bf16
 // inside its kernel and accumulates in f32 (kernels/cpu/linalg.cc,
-// kernels/cpu/attention_bf16.h). So
-// norms, softmax statistics, the scheduler and the latents stay f32 with no
-// Cast in the graph, and a policy can change per node without re-typing it.
+// kernels/cpu/conv.cc, kernels/cpu/attention_bf16.h). So norms, softmax
+// statistics, the scheduler and the latents stay f32 with no Cast in the
+// graph, and a policy can change per node without re-typing it.
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
