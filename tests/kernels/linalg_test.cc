@@ -2,6 +2,7 @@
 // against the reference, eagerly and in a compiled plan; the reference
 // against hand-computed values; and inference errors.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 #include <omp.h>
 
 #include <cmath>
@@ -242,6 +243,40 @@ TEST(Linalg, DiffusionShapes) {
        {f32({2, 8, 64, 40}), f32({2, 8, 77, 40})}, 1, kConvTolerance},
   };
   for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
+}
+
+// kiln's GEMM (and so MatMul, Gemm, kiln.Linear and the ungrouped convs)
+// is compiled for each SIMD target, its tiles and panels as wide as the
+// target's vectors, and a CI machine may pick another target than this one
+// does, so check each: products past a tile, a panel, a 96-row block and a
+// K slice, a weight past L2 (prefetched panels), the fused epilogue with a
+// gate, and each conv path (im2col, rows in place, pixels as rows).
+TEST(Linalg, EveryHighwayTarget) {
+  const Attributes gelu = attrs({{"activation", s("gelu")}});
+  const Attributes pad1 = attrs({{"pads", Ints{1, 1, 1, 1}}});
+  const std::vector<OpCase> rows = {
+      {"matmul ragged", OpKind::kMatMul, {}, {f32({3, 37, 60}), f32({60, 70})}},
+      {"matmul past a block and a slice", OpKind::kMatMul, {}, {f32({1, 101, 1300}), f32({1300, 21})}},
+      {"matmul weight past L2", OpKind::kMatMul, {}, {f32({100, 1030}), f32({1030, 300})}},
+      {"matmul batched", OpKind::kMatMul, {}, {f32({2, 3, 13, 30}), f32({2, 3, 30, 21})}},
+      {"gemm transB, C", OpKind::kGemm, attrs({{"transB", i(1)}}), {f32({8, 32}), f32({48, 32}), f32({48})}},
+      {"linear gelu + residual", OpKind::kLinear, gelu, {f32({2, 29, 40}), f32({40, 36}), f32({36}), f32({2, 29, 36})}},
+      {"linear gated + residual", OpKind::kLinear, {},
+       {f32({2, 24, 40}), f32({40, 36}), f32({36}), f32({2, 24, 36}), f32({2, 1, 36})}},
+      {"conv im2col", OpKind::kConv, pad1, {f32({1, 12, 9, 10}), f32({20, 12, 3, 3}), f32({20})}, 1, kConvTolerance},
+      {"conv rows in place, 32 wide", OpKind::kConv, pad1, {f32({2, 6, 7, 32}), f32({10, 6, 3, 3}), f32({10})}, 1,
+       kConvTolerance},
+      {"conv few pixels", OpKind::kConv, pad1, {f32({2, 24, 2, 2}), f32({16, 24, 3, 3}), f32({16})}, 1,
+       kConvTolerance},
+      {"conv 1-d", OpKind::kConv, attrs({{"pads", Ints{1, 1}}}), {f32({2, 4, 40}), f32({12, 4, 3}), f32({12})}, 1,
+       kConvTolerance},
+  };
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // kiln's GEMM splits C into a part for each of omp_get_max_threads()
