@@ -193,9 +193,9 @@ Status bench(const BenchOptions& opt) {
   const int64_t flops = plan.stats().flops;
   j["flops_per_forward"] = flops;
   // The peak of the dtype the products run in (a mixed policy: bf16 if any
-  // do); none where oneDNN cannot time that dtype (bf16 without AVX-512).
+  // do; figures.h's peak_dtype); none where oneDNN cannot time that dtype.
   std::optional<MatmulPeak> peak;
-  const DType peak_dtype = product_dtype(plan);
+  const DType peak_dtype = cli::peak_dtype(plan);
   if (opt.peak) {
     KILN_ASSIGN_OR_RETURN(peak, peak_for(peak_dtype));
   }
@@ -203,7 +203,7 @@ Status bench(const BenchOptions& opt) {
     j["peak"] = {{"dtype", dtype_name(peak_dtype)}, {"gflops_per_s", peak->gflops_per_s}, {"cached", peak->cached},
                  {"machine", peak->key}};
   // Which GEMM ran the bf16 Linears, Gemms, MatMuls and Convs (bf16.h).
-  if (peak_dtype == DType::kBF16) j["bf16_gemm"] = bf16_gemm_name(bf16_gemm());
+  if (product_dtype(plan) == DType::kBF16) j["bf16_gemm"] = bf16_gemm_name(bf16_gemm());
   for (const ModeTimes& t : times) {
     const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/bf16.h"
+
 namespace kiln::cli {
 
 double median(std::vector<double> v) {
@@ -14,6 +16,11 @@ double median(std::vector<double> v) {
 
 DType product_dtype(const Plan& plan) {
   return plan.stats().passes.counts.count("assign_precision") ? DType::kBF16 : DType::kF32;
+}
+
+DType peak_dtype(const Plan& plan) {
+  const DType dtype = product_dtype(plan);
+  return dtype == DType::kBF16 && bf16_gemm() == Bf16Gemm::kKilnF32 ? DType::kF32 : dtype;
 }
 
 Result<std::optional<MatmulPeak>> peak_for(DType dtype) {

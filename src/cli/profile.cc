@@ -104,7 +104,7 @@ Status profile(const ProfileOptions& opt) {
   if (!timed.ok()) return timed.status().with_context(opt.model);
   const std::vector<StepProfile>& steps = *timed;
   std::optional<MatmulPeak> peak;
-  const DType peak_dtype = product_dtype(plan);
+  const DType peak_dtype = cli::peak_dtype(plan);
   if (opt.peak) {
     KILN_ASSIGN_OR_RETURN(peak, peak_for(peak_dtype));
   }

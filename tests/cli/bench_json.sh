@@ -59,9 +59,12 @@ bf16=$(KILN_BF16_GEMM=onednn "$kiln" bench "$model" --dim batch=2 --iters 1 --wa
 grep -q '"bf16_gemm": "onednn"' <<<"$bf16" || { echo "FAIL: no bf16_gemm onednn in a bf16 bench" >&2; exit 1; }
 grep -q '"bf16_gemm"' <<<"$no_peak" && { echo "FAIL: an f32 bench reports bf16_gemm" >&2; exit 1; }
 # Without bf16 products (as oneDNN capped below AVX512-BF16 has it, whatever
-# this CPU has): kiln's f32 GEMM on operands rounded through bf16.
-capped=$(ONEDNN_MAX_CPU_ISA=AVX512_CORE "$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json --no-peak --precision bf16)
+# this CPU has): kiln's f32 GEMM on operands rounded through bf16, measured
+# against the f32 peak.
+capped=$(ONEDNN_MAX_CPU_ISA=AVX512_CORE "$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --json --precision bf16)
 grep -q '"bf16_gemm": "kiln_f32"' <<<"$capped" || { echo "FAIL: no bf16_gemm kiln_f32 without bf16 products" >&2; exit 1; }
+grep -A1 '"peak"' <<<"$capped" | grep -q '"dtype": "f32"' ||
+  { echo "FAIL: bf16 as f32 products not measured against the f32 peak" >&2; echo "$capped" | head -30 >&2; exit 1; }
 set +e
 err=$(KILN_BF16_GEMM=amx "$kiln" bench "$model" --dim batch=2 --iters 1 2>&1 >/dev/null)
 rc=$?
