@@ -41,9 +41,9 @@ enum class Bf16Gemm {
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE here, graph mode, against f32 alternated,
 // dit_small took 1.02-1.09x f32's time and unet_sd15 1.00-1.01x, where
 // oneDNN's primitives (bf16 emulated on AVX-512) took 2.34-2.43x and
-// 3.11-3.14x and allocated on every replay (405 and 3058 times). Environment variable
-// KILN_BF16_GEMM=kiln or =onednn overrides the choice, to compare the two;
-// read once. kiln.Attention runs on kiln's GEMM wherever the CPU has
+// 3.11-3.14x and allocated on every replay (405 and 3058 times).
+// Environment variable KILN_BF16_GEMM=kiln or =onednn overrides the choice,
+// to compare the two; read once. kiln.Attention runs on kiln's GEMM wherever the CPU has
 // AVX512-BF16 (oneDNN has no fused attention to hand it to), else on the f32
 // kernel with its operands rounded through bf16.
 Bf16Gemm bf16_gemm();
