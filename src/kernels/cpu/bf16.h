@@ -40,7 +40,7 @@ enum class Bf16Gemm {
 // kiln's f32 GEMM on operands rounded through bf16: with
 // ONEDNN_MAX_CPU_ISA=AVX512_CORE here, graph mode, against f32 alternated,
 // dit_small took 1.02-1.09x f32's time and unet_sd15 1.00-1.01x, where
-// oneDNN's primitives (bf16 emulated on AVX-512) took 2.34-2.43x and
+// oneDNN's primitives (bf16 emulated on AVX-512) took 2.34-2.41x and
 // 3.11-3.14x and allocated on every replay (405 and 3058 times).
 // Environment variable KILN_BF16_GEMM=kiln or =onednn overrides the choice,
 // to compare the two; read once. kiln.Attention runs on kiln's GEMM wherever the CPU has
