@@ -520,7 +520,8 @@ Status einsum_matmul(KernelContext& ctx, const EinsumSpec& spec, const Contracti
   Shape strides_in_out_order;
   for (int l : spec.output) {
     out_dims.push_back(sizes[size_t(l)]);
-    strides_in_out_order.push_back(result_strides[size_t(std::find(y_order.begin(), y_order.end(), l) - y_order.begin())]);
+    strides_in_out_order.push_back(
+        result_strides[size_t(std::find(y_order.begin(), y_order.end(), l) - y_order.begin())]);
   }
   copy_strided(py, strides_in_out_order, y.as<float>(), shape_strides(out_dims), out_dims);
   return ok_status();
