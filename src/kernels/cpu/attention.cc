@@ -137,16 +137,14 @@ Status run_bf16(KernelContext& ctx, const attention_simd::Problem& p) {
 // Operands sliced from one input share its one copy.
 Status round_operands_through_bf16(KernelContext& ctx, attention_simd::Problem& p) {
   const float** operands[] = {&p.q, &p.k, &p.v};
-  float* copies[3] = {};
+  const float* copies[3] = {};
   for (size_t i = 0; i < 3; ++i) {
     const TensorView& in = *ctx.input(i);
-    float* copy = nullptr;
+    const float* copy = nullptr;
     for (size_t j = 0; j < i; ++j)
       if (ctx.input(j)->data == in.data) copy = copies[j];
     if (!copy) {
-      copy = ctx.workspace ? static_cast<float*>(ctx.workspace->scratch(size_t(in.numel()) * sizeof(float))) : nullptr;
-      if (!copy) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
-      round_through_bf16(in.as<float>(), copy, in.numel(), true);
+      KILN_ASSIGN_OR_RETURN(copy, rounded_f32_copy(ctx, in.as<float>(), in.numel()));
     }
     copies[i] = copy;
     *operands[i] = copy + (*operands[i] - in.as<float>());

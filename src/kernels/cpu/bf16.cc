@@ -67,12 +67,13 @@ void round_through_bf16(const float* x, float* dst, int64_t n, bool parallel) {
 
 Result<void*> rounded_copy(KernelContext& ctx, size_t index) {
   const TensorView& in = *ctx.input(index);
-  const bool native = onednn_has_bf16();
-  void* data = ctx.workspace ? ctx.workspace->scratch(size_t(in.numel()) * (native ? sizeof(bf16) : sizeof(float)))
-                             : nullptr;
+  if (!onednn_has_bf16()) {
+    KILN_ASSIGN_OR_RETURN(const float* copy, rounded_f32_copy(ctx, in.as<float>(), in.numel()));
+    return const_cast<float*>(copy);
+  }
+  void* data = ctx.workspace ? ctx.workspace->scratch(size_t(in.numel()) * sizeof(bf16)) : nullptr;
   if (!data) return resource_exhausted("{}: no scratch for a bf16 operand", node_label(*ctx.node));
-  if (native) round_to_bf16(in.as<float>(), static_cast<bf16*>(data), in.numel(), true);
-  else round_through_bf16(in.as<float>(), static_cast<float*>(data), in.numel(), true);
+  round_to_bf16(in.as<float>(), static_cast<bf16*>(data), in.numel(), true);
   return data;
 }
 
