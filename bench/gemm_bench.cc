@@ -9,11 +9,13 @@
 //   build/bench/kiln_bench_gemm --benchmark_min_time=0.2
 //
 // Each row reports GFLOP/s; compare kiln/M/N/K with onednn/M/N/K, and
-// kiln_bf16 with onednn_bf16.
+// kiln_bf16 with onednn_bf16. The kiln_cold rows (two shapes) time kiln's
+// products as a model runs them, W cold and, with _gelu, an activation.
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -68,6 +70,48 @@ void BM_kiln_bf16(benchmark::State& state) {
                          {}, true);
     benchmark::DoNotOptimize(y.data());
   }
+  report(state, s);
+}
+
+// BM_kiln and BM_kiln_bf16 as a model runs them: W cold, one of enough
+// packed copies to fill 64 MiB (more than an L3), as the next layer's weight
+// is; with `gelu`, C through GELU-tanh, as a DiT's MLP-in is. Against the
+// plain rows they show what weights from DRAM and the epilogue cost.
+template <typename T>
+void BM_kiln_in_model(benchmark::State& state, bool gelu) {
+  constexpr bool kBf16 = std::is_same_v<T, kiln::bf16>;
+  const Shape3 s = shape_of(state);
+  const int64_t depth = kBf16 ? kiln::gemm::bf16_depth(s.k) : s.k;
+  const std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
+  std::vector<T> a(size_t(s.m * depth), T{0});
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t t = 0; t < s.k; ++t) {
+      const float v = x[size_t(i * s.k + t)];
+      if constexpr (kBf16) a[size_t(i * depth + t)] = kiln::f32_to_bf16(v);
+      else a[size_t(i * depth + t)] = v;
+    }
+  std::vector<float> y(size_t(s.m * s.n));
+  // Each copy 64-byte aligned, as the panels' vector loads want.
+  const size_t count = size_t(kBf16 ? kiln::gemm::packed_bf16_count(s.k, s.n) : kiln::gemm::packed_floats(s.k, s.n));
+  const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+  const size_t copies = std::max<size_t>(2, (size_t(64) << 20) / bytes);
+  char* packed = static_cast<char*>(std::aligned_alloc(64, bytes * copies));
+  for (size_t c = 0; c < copies; ++c) {
+    T* to = reinterpret_cast<T*>(packed + c * bytes);
+    if constexpr (kBf16) kiln::gemm::pack_bf16(w.data(), s.n, 1, s.k, s.n, to);
+    else kiln::gemm::pack(w.data(), s.n, 1, s.k, s.n, to);
+  }
+  kiln::gemm::Epilogue e;
+  e.activate = gelu;
+  e.activation = kiln::simd::UnaryF32::kGeluTanh;
+  size_t next = 0;
+  for (auto _ : state) {
+    const T* b = reinterpret_cast<const T*>(packed + next * bytes);
+    kiln::gemm::multiply(kiln::gemm::Product<T>{s.m, s.n, depth, a.data(), depth, b, y.data(), s.n}, e, true);
+    next = (next + 1) % copies;
+    benchmark::DoNotOptimize(y.data());
+  }
+  std::free(packed);
   report(state, s);
 }
 
@@ -129,6 +173,15 @@ int main(int argc, char** argv) {
     for (const Shape3& s : kShapes) {
       add(benchmark::RegisterBenchmark("kiln_bf16", BM_kiln_bf16), s);
       add(benchmark::RegisterBenchmark("onednn_bf16", BM_onednn, dt::bf16), s);
+    }
+  }
+  // dit_small's and the medium DiT's MLP-in, as a model runs them.
+  for (const Shape3& s : {Shape3{512, 1536, 384}, Shape3{2048, 4608, 1152}}) {
+    add(benchmark::RegisterBenchmark("kiln_cold", BM_kiln_in_model<float>, false), s);
+    add(benchmark::RegisterBenchmark("kiln_cold_gelu", BM_kiln_in_model<float>, true), s);
+    if (kiln::gemm::has_bf16_products()) {
+      add(benchmark::RegisterBenchmark("kiln_bf16_cold", BM_kiln_in_model<kiln::bf16>, false), s);
+      add(benchmark::RegisterBenchmark("kiln_bf16_cold_gelu", BM_kiln_in_model<kiln::bf16>, true), s);
     }
   }
   benchmark::Initialize(&argc, argv);
