@@ -71,6 +71,10 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // A weight past 1 MiB packed, whose tiles prefetch the next panel:
       // K not a whole number of prefetched lines (1030 = 128 x 8 + 6).
       {"Linear, weight past L2 (prefetched panels)", OpKind::kLinear, a({}), {x({100, 1030}), x({1030, 520}), f32({520})}},
+      // A weight past 2.5 MiB packed: the columns split, and A is rounded in
+      // a pass before the products (below, each thread rounds its rows).
+      {"Linear, weight past 2.5 MiB (A rounded first)", OpKind::kLinear, a({}),
+       {x({30, 1301}), x({1301, 1040}), f32({1040})}},
       {"Linear gated (DiT's adaLN-Zero) + residual", OpKind::kLinear, a({}),
        {x({2, 24, 40}), x({40, 36}), f32({36}), f32({2, 24, 36}), f32({2, 1, 36})}},
       // Convs with at least 32 output channels per group (fewer run in f32).

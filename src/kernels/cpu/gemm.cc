@@ -503,6 +503,33 @@ void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k,
   }
 }
 
+// Rows [0, rows) of A (f32, k columns, row stride lda) rounded into out as
+// a bf16 product's A: rows of `depth` (k rounded up to even), an odd K's pad
+// column zero. Where bf16 products run (AVX512-BF16), by vcvtneps2bf16: to
+// nearest even as f32_to_bf16, in one instruction where StoreBf16 takes
+// seven (denormals go to 0 there, a product's difference below 2^-126).
+#if KILN_GEMM_BF16
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+#endif
+void RoundRows(const float* a, int64_t lda, int64_t rows, int64_t k, int64_t depth, bf16* out) {
+  const D d;
+  for (int64_t i = 0; i < rows; ++i, a += lda, out += depth) {
+    int64_t t = 0;
+#if KILN_GEMM_BF16
+    for (; t + kLanes <= k; t += kLanes)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t), (__m256i)_mm512_cvtneps_pbh(hn::LoadU(d, a + t).raw));
+#else
+    for (; t + kLanes <= k; t += kLanes) simd::HWY_NAMESPACE::StoreBf16(d, hn::LoadU(d, a + t), out + t);
+#endif
+    for (; t < k; ++t) out[t] = f32_to_bf16(a[t]);
+    if (k < depth) out[k] = bf16{0};
+  }
+}
+#if KILN_GEMM_BF16
+#pragma GCC pop_options
+#endif
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln::gemm
 HWY_AFTER_NAMESPACE();
@@ -518,6 +545,7 @@ HWY_EXPORT(BlockF32);
 HWY_EXPORT(Bf16Products);
 HWY_EXPORT(BlockBf16);
 HWY_EXPORT(PackBf16);
+HWY_EXPORT(RoundRows);
 
 int64_t panel_width() { return HWY_DYNAMIC_DISPATCH(PanelWidth)(); }
 
@@ -568,8 +596,56 @@ void run_block(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
   HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e, prefetch);
 }
 
+// Tiles of C: up to kTileUnits units of kUnit rows (every target's tile
+// divides 12) by kTilePanels panels (split_across_threads).
+constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
+
+// Where packed B is at most kRowsFirstBBytes, the threads split C by rows
+// alone: each then reads the rows of A that it wrote itself in the op
+// before (a norm, which splits rows alike, or a product so split), from its
+// own caches, and all of B, which a shared L3 holds. A larger B would be
+// read from DRAM once for each thread: the columns split then. With F32Rows
+// rows first, each thread rounds the rows its tiles read into its own slot
+// of the scratch, once for each run of its tiles over the same rows (a
+// tile's rows stay in L2 while it passes over their columns); otherwise a
+// pass rounds the whole of A first, as each thread would round all of it.
+// Measured in one process, each replay alternating between this and the
+// split before (the grid alone; A rounded in a pass of its own before every
+// bf16 product), 2 threads, Zen 5, time ratios' medians: dit_small f32 0.98x
+// (200 pairs), bf16 0.945x (200); unet_sd15 f32 0.985x, bf16 0.99x (12
+// each); dit_medium, whose weights are 2.6-21 MB, 1.00x in both. With a
+// 4 MiB limit unet_sd15 f32 took 1.008x (its 3.3 MB GEGLU weight by 2048
+// rows); with every bf16 product rounding in its tiles, dit_medium 1.01x
+// rows first and 1.02x columns first.
+constexpr int64_t kRowsFirstBBytes = int64_t(5) << 19;  // 2.5 MiB
 template <typename T>
-void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel) {
+bool splits_rows_first(int64_t n, int64_t k) {  // B k x n
+  return packed_floats(k, n) * int64_t(sizeof(T)) <= kRowsFirstBBytes;
+}
+
+// A thread's slot of F32Rows::scratch: which rows of A it holds (first row
+// and count, -1 for none), then those rows in bf16.
+constexpr size_t kHeldBytes = 64;
+size_t rounded_slot_bytes(int64_t m, int64_t k) {
+  const int64_t rows = std::min(kTileUnits * kUnit, m);  // a tile's at most
+  return thread_slot_bytes(kHeldBytes + size_t(rows * bf16_depth(k)) * sizeof(bf16));
+}
+
+// Rows [i0, i0 + rows) of A rounded into slot `slot`, unless it holds them
+// already (the thread's tile before covered the same rows).
+const bf16* rounded_rows(const F32Rows& a, int64_t m, int64_t i0, int64_t rows, int slot) {
+  char* base = static_cast<char*>(a.scratch) + size_t(slot) * rounded_slot_bytes(m, a.k);
+  int64_t* held = reinterpret_cast<int64_t*>(base);
+  bf16* out = reinterpret_cast<bf16*>(base + kHeldBytes);
+  if (held[0] != i0 || held[1] != rows) {
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + i0 * a.lda, a.lda, rows, a.k, bf16_depth(a.k), out);
+    held[0] = i0, held[1] = rows;
+  }
+  return out;
+}
+
+template <typename T>
+void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel, const F32Rows* f32_rows = nullptr) {
   // The threads split C into a grid of equal parts (in units of 12 rows, which
   // every target's tile divides, by one panel), picking the grid whose
   // largest part is smallest; among equals, the one that splits the columns
@@ -578,17 +654,10 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
   // rows of A stay in L2 while it passes over their columns, and helps with
   // the others' tiles when done (ShareQueue). (Handing out tiles statically
   // instead left whole tiles to one thread: 256 x 320 x 320 ran at 72 % of
-  // oneDNN's speed on 2 threads, 97 % on one.) Splitting rows first, so
-  // that each thread reads the rows of A it wrote in the op before (a norm,
-  // a residual product) from its own caches, measured within this host's
-  // noise (kiln bench, medians of alternated runs' ratios): rows first in
-  // every product, dit_small f32 took 0.96x the time (12 runs); that and
-  // attention's tasks batch first, unet_sd15 1.04x (6), dit_medium 1.05x
-  // (4); rows first only where a part has 96-288 rows (all of dit_small's
-  // products), dit_small 1.01x (12), unet_sd15 1.00x (8).
+  // oneDNN's speed on 2 threads, 97 % on one.) Where B is small, rows
+  // alone split (kRowsFirstBBytes).
   assert(p.b_segment == 0);  // see gemm.h
   const bool prefetch = prefetches_b(p);  // decided on the whole of B, not a thread's tiles
-  constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   // Below 2^20 multiply-adds (a few µs) one thread finishes first: a region
   // wakes the other threads, and the next op then reads C from their caches.
@@ -607,6 +676,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
     const int64_t size = parts(units, r) * parts(panels, team / r);
     if (largest < 0 || size < largest) row_parts = r, largest = size;
   }
+  if (splits_rows_first<T>(p.n, p.k) && units >= team) row_parts = team;
   const int64_t col_parts = team / row_parts;
   struct Part {
     int64_t u0, u1, c0, c1, col_tiles;
@@ -625,7 +695,12 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
     Product<T> q = p;
     q.m = std::min(std::min(u + kTileUnits, part.u1) * kUnit, p.m) - i0;
     q.n = std::min(std::min(c + kTilePanels, part.c1) * w, p.n) - j0;
-    q.a += i0 * p.lda;
+    if constexpr (std::is_same_v<T, bf16>)
+      if (f32_rows) {
+        q.a = rounded_rows(*f32_rows, p.m, i0, q.m, team > 1 ? omp_get_thread_num() : 0);
+        q.lda = p.k;
+      }
+    if (!f32_rows) q.a += i0 * p.lda;
     q.packed_b += p.b_rows ? j0 : j0 * p.k;
     q.c += i0 * p.ldc + j0;
     Epilogue f = e;
@@ -635,6 +710,12 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel)
     run_block(q, f, prefetch);
   };
   auto tiles_in = [&](const Part& part) { return parts(part.u1 - part.u0, kTileUnits) * part.col_tiles; };
+  if (f32_rows)  // the slots' rows are left from an earlier product (or are none)
+    for (int slot = 0, slots = team > 1 ? omp_get_max_threads() : 1; slot < slots; ++slot) {
+      int64_t* held = reinterpret_cast<int64_t*>(static_cast<char*>(f32_rows->scratch) +
+                                                 size_t(slot) * rounded_slot_bytes(p.m, f32_rows->k));
+      held[0] = held[1] = -1;
+    }
   if (team == 1) {
     const Part all = part_of(0);
     for (int64_t t = 0, n = tiles_in(all); t < n; ++t) run_tile(all, t);
@@ -655,6 +736,23 @@ void block(const Problem& p, const Epilogue& e) { run_block(p, e, prefetches_b(p
 void block(const Bf16Problem& p, const Epilogue& e) { run_block(p, e, prefetches_b(p)); }
 void multiply(const Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
+
+size_t f32_rows_scratch(int64_t m, int64_t n, int64_t k, int threads) {
+  if (splits_rows_first<bf16>(n, bf16_depth(k))) return size_t(threads) * rounded_slot_bytes(m, k);
+  return size_t(m * bf16_depth(k)) * sizeof(bf16);
+}
+
+void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool parallel) {
+  assert(p.k == bf16_depth(a.k));
+  if (splits_rows_first<bf16>(p.n, p.k)) return split_across_threads(p, e, parallel, &a);
+  bf16* rounded = static_cast<bf16*>(a.scratch);
+  parallel_ranges(p.m, parallel && p.m * a.k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * p.k);
+  });
+  Bf16Problem q = p;
+  q.a = rounded, q.lda = p.k;
+  split_across_threads(q, e, parallel);
+}
 
 }  // namespace kiln::gemm
 #endif  // HWY_ONCE

@@ -115,4 +115,19 @@ void block(const Bf16Problem& p, const Epilogue& e);  // only where has_bf16_pro
 void multiply(const Problem& p, const Epilogue& e, bool parallel);
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel);  // only where has_bf16_products()
 
+// A bf16 product's A given in f32, for multiply() to round: row-major, row
+// stride lda, k columns (the problem's k is bf16_depth(k); its a is not
+// read). The threads round it as their tiles reach it, where B is small
+// enough (see gemm.cc), else in a pass over the whole of A first; scratch
+// (f32_rows_scratch() bytes, for omp_get_max_threads() threads, 64-byte
+// aligned) holds the rounded rows. Not to be called from several threads
+// at once with one scratch.
+struct F32Rows {
+  const float* a;
+  int64_t lda, k;
+  void* scratch;
+};
+size_t f32_rows_scratch(int64_t m, int64_t n, int64_t k, int threads);  // C m x n
+void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool parallel);  // only where has_bf16_products()
+
 }  // namespace kiln::gemm

@@ -9,7 +9,7 @@
 // Nodes marked to compute in bf16 (passes' assign_precision) round their
 // operands to bf16 and sum in f32. kiln.Linear, Gemm and MatMul by one
 // matrix run on the GEMM's bf16 products where bf16_gemm() says so
-// (AVX512-BF16 and no AMX, bf16.h): A rounded into scratch on every call, a
+// (AVX512-BF16 and no AMX, bf16.h): A rounded by the GEMM (gemm::F32Rows), a
 // constant weight rounded and packed once, nothing allocated. Without
 // AVX512-BF16, every MatMul too runs on the GEMM's f32 products with its
 // operands rounded through bf16 (products.h). With AMX, and batched MatMuls
@@ -91,14 +91,6 @@ Result<const float*> packed_product_operand(KernelContext& ctx, size_t index, co
   return packed;
 }
 
-// Input 0 (f32, `rows` rows of k) so rounded into scratch.
-Result<const bf16*> bf16_rows(KernelContext& ctx, int64_t rows, int64_t k) {
-  KILN_ASSIGN_OR_RETURN(void* p,
-                        scratch_bytes(ctx, size_t(rows * gemm::bf16_depth(k)) * sizeof(bf16), "a bf16 operand"));
-  round_rows_to_bf16(ctx.input(0)->as<float>(), rows, k, static_cast<bf16*>(p));
-  return static_cast<const bf16*>(p);
-}
-
 // kiln.Linear's gate (input 4; DiT's adaLN-Zero gate) as e's scale: one
 // row of N for each of the gate's equal runs of Y's `rows` (a batch entry's
 // tokens).
@@ -112,18 +104,20 @@ void set_gate(const KernelContext& ctx, int64_t rows, int64_t n, gemm::Epilogue&
 }
 
 // Y[rows, n] = epilogue(A B) on gemm's bf16 products (where bf16_gemm() is
-// kKiln): A is input 0 (rows of k) rounded by bf16_rows; B is input 1
-// (element (t, j) at b[t * row_stride + j * col_stride]) packed once in a
-// plan, else on each call.
+// kKiln): A is input 0 (rows of k), which the GEMM rounds (gemm::F32Rows);
+// B is input 1 (element (t, j) at b[t * row_stride + j * col_stride])
+// packed once in a plan, else on each call.
 Status multiply_bf16(KernelContext& ctx, int64_t rows, int64_t n, int64_t k, int64_t row_stride,
                      int64_t col_stride, const gemm::Epilogue& e) {
   KILN_ASSIGN_OR_RETURN(const bf16* packed,
                         packed_operand<bf16>(ctx, 1, ctx.input(1)->as<float>(), row_stride, col_stride, k, n));
-  KILN_ASSIGN_OR_RETURN(const bf16* a, bf16_rows(ctx, rows, k));
+  KILN_ASSIGN_OR_RETURN(void* scratch,
+                        scratch_bytes(ctx, gemm::f32_rows_scratch(rows, n, k, thread_slots()), "bf16 rows of A"));
   const int64_t depth = gemm::bf16_depth(k);
   gemm::Epilogue f = e;
   set_gate(ctx, rows, n, f);
-  gemm::multiply(gemm::Bf16Problem{rows, n, depth, a, depth, packed, ctx.output(0)->as<float>(), n}, f, true);
+  gemm::multiply(gemm::Bf16Problem{rows, n, depth, nullptr, depth, packed, ctx.output(0)->as<float>(), n},
+                 gemm::F32Rows{ctx.input(0)->as<float>(), k, k, scratch}, f, true);
   return ok_status();
 }
 
