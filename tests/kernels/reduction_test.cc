@@ -293,6 +293,8 @@ TEST(Reduction, EveryHighwayTarget) {
              {"softmax", OpKind::kSoftmax, {}, {f32({3, 37}, -9, 9)}},
              {"layernorm", OpKind::kLayerNormalization, {}, {f32({3, 37}), f32({37}), f32({37})}, 3},
              {"instancenorm", OpKind::kInstanceNormalization, {}, {f32({2, 3, 5000}), f32({3}), f32({3})}},
+             // One element a row: variance 0, inv_std 1/sqrt(eps), x - mean exactly 0.
+             {"instancenorm, constant rows", OpKind::kInstanceNormalization, {}, {f32({3, 4}), f32({4}), f32({4})}},
              {"sum rows", OpKind::kReduceSum, attrs({{"axes", Ints{1}}}), {f32({3, 4101})}},
              {"mean columns", OpKind::kReduceMean, attrs({{"axes", Ints{1}}}), {f32({2, 5, 1031})}},
              {"max rows", OpKind::kReduceMax, attrs({{"axes", Ints{1}}}), {f32({3, 13})}},
