@@ -20,6 +20,7 @@
 #include "cli/pass_flags.h"
 #include "heap_counter/heap_counter.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/simd_targets.h"
 #include "runtime/model_runner.h"
 
 namespace kiln::cli {
@@ -204,6 +205,8 @@ Status bench(const BenchOptions& opt) {
                  {"machine", peak->key}};
   // Which GEMM ran the bf16 Linears, Gemms, MatMuls and Convs (bf16.h).
   if (product_dtype(plan) == DType::kBF16) j["bf16_gemm"] = bf16_gemm_name(bf16_gemm());
+  // The instruction sets the kernels ran on (ONEDNN_MAX_CPU_ISA caps both).
+  j["isa"] = {{"kiln", simd_targets::kiln_target()}, {"onednn", simd_targets::onednn_isa()}};
   for (const ModeTimes& t : times) {
     const double gflops = t.median() > 0 ? double(flops) / (t.median() * 1e6) : 0.0;
     j["modes"][t.name]["ms_median"] = t.median();
@@ -257,6 +260,8 @@ Status bench(const BenchOptions& opt) {
                peak->gflops_per_s, peak->cached ? "cached in " + default_peak_cache_path() : "measured now");
   if (j.contains("bf16_gemm"))
     fmt::print("bf16 products: {}\n", describe_bf16_gemm());
+  fmt::print("kernels: kiln {}, oneDNN {}\n", j["isa"]["kiln"].get<std::string>(),
+             j["isa"]["onednn"].get<std::string>());
   if (j.contains("speedup_graph_vs_eager"))
     fmt::print("graph vs eager: {:.2f}x\n", j["speedup_graph_vs_eager"].get<double>());
   if (!auto_decision.empty()) fmt::print("{}\n", auto_decision);

@@ -1,13 +1,12 @@
 #include "runtime/plan_file.h"
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstring>
 #include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
+#include "kernels/cpu/simd_targets.h"
 
 namespace kiln {
 
@@ -92,19 +91,7 @@ Result<PassOptions> key_passes(const PlanKey& key) {
   return passes;
 }
 
-std::string current_isa() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
-  }
-}
+std::string current_isa() { return simd_targets::onednn_isa(); }
 
 Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
                              std::map<std::string, int64_t> dims) {

@@ -65,6 +65,13 @@ capped=$(ONEDNN_MAX_CPU_ISA=AVX512_CORE "$kiln" bench "$model" --dim batch=2 --i
 grep -q '"bf16_gemm": "kiln_f32"' <<<"$capped" || { echo "FAIL: no bf16_gemm kiln_f32 without bf16 products" >&2; exit 1; }
 grep -A1 '"peak"' <<<"$capped" | grep -q '"dtype": "f32"' ||
   { echo "FAIL: bf16 as f32 products not measured against the f32 peak" >&2; echo "$capped" | head -30 >&2; exit 1; }
+# ONEDNN_MAX_CPU_ISA caps kiln's own SIMD kernels too, and bench says so
+# (on a CPU without AVX2 there is nothing to cap: both report less).
+grep -Pzq '"isa": \{\s*"kiln": "[A-Z0-9_]+",\s*"onednn": "[a-z0-9_]+"' <<<"$no_peak" ||
+  { echo "FAIL: no isa.kiln and isa.onednn in kiln bench --json" >&2; exit 1; }
+avx2=$(ONEDNN_MAX_CPU_ISA=AVX2 "$kiln" bench "$model" --dim batch=2 --iters 1 --warmup 0 --no-peak)
+grep -Eq '^kernels: kiln (AVX2|SSE4|SSSE3|EMU128|SCALAR), oneDNN (avx2|avx|sse41)$' <<<"$avx2" ||
+  { echo "FAIL: ONEDNN_MAX_CPU_ISA=AVX2 did not cap kiln's kernels:" >&2; grep kernels <<<"$avx2" >&2; exit 1; }
 set +e
 err=$(KILN_BF16_GEMM=amx "$kiln" bench "$model" --dim batch=2 --iters 1 2>&1 >/dev/null)
 rc=$?

@@ -156,7 +156,7 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
 }
 
 // Where bf16_gemm() picks kiln's GEMM (kKiln: AVX512-BF16, no AMX; kKilnF32:
-// no AVX512-BF16, as ctest's bf16_without_avx512 has it), the products of
+// no AVX512-BF16, as ctest's without_avx512 has it), the products of
 // kiln.Linear, Gemm, MatMul by a weight (kKilnF32: every MatMul),
 // kiln.Attention and 1-D and 2-D convolutions of one group run on it, and a
 // plan's replay of them allocates nothing; grouped bf16 Convs still run on

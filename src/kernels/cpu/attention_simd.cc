@@ -34,6 +34,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention_simd.cc"

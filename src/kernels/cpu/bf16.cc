@@ -49,6 +49,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_targets.h"
 
 namespace kiln {
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/simd_targets.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cc"
 #include <hwy/foreach_target.h>  // must precede highway.h

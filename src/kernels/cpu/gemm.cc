@@ -52,6 +52,7 @@
 #include <utility>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/gemm.cc"

@@ -45,7 +45,7 @@ void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 // Whether this CPU runs bf16 products (AVX512-BF16; checked once), and
 // oneDNN is not capped below them (ONEDNN_MAX_CPU_ISA): that one variable
 // then stands in for a CPU without them, kiln's kernels included, as
-// ctest's bf16_without_avx512 does.
+// ctest's without_avx512 does.
 bool has_bf16_products();
 // K rounded up to even: the depth of a bf16 product and of its A's rows.
 inline int64_t bf16_depth(int64_t k) { return (k + 1) / 2 * 2; }

@@ -10,6 +10,7 @@
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduction_simd.h"
+#include "kernels/cpu/simd_targets.h"
 
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

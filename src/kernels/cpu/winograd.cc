@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/winograd.cc"
