@@ -227,7 +227,7 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
     patches_bf16 = static_cast<bf16*>(p);
     if (!w_bf16) {
       KILN_ASSIGN_OR_RETURN(void* rows, scratch_bytes(ctx, size_t(oc * depth) * sizeof(bf16), "the bf16 weight"));
-      round_rows_to_bf16(w, oc, k, static_cast<bf16*>(rows));
+      gemm::round_rows(w, k, oc, k, static_cast<bf16*>(rows), true);
       w_bf16 = static_cast<const bf16*>(rows);
     }
   }
@@ -311,7 +311,7 @@ Status conv_pixel_rows(KernelContext& ctx, const ConvGeometry& g) {
     }
     const int64_t depth = gemm::bf16_depth(k);
     KILN_ASSIGN_OR_RETURN(void* a, scratch_bytes(ctx, size_t(rows * depth) * sizeof(bf16), "bf16 patches"));
-    round_rows_to_bf16(patches, rows, k, static_cast<bf16*>(a));
+    gemm::round_rows(patches, k, rows, k, static_cast<bf16*>(a), true);
     gemm::multiply(gemm::Bf16Problem{rows, oc, depth, static_cast<const bf16*>(a), depth, packed, product, oc}, e,
                    true);
   } else {
@@ -472,7 +472,7 @@ Status own_conv_weight(const KernelContext& ctx, ConvGeometry& g, const float* w
                            : pack_owned(ctx, g.weight, 1, w, 1, k, k, g.out_channels);
   if (!g.bf16_products) return ok_status();
   KILN_RETURN_IF_ERROR(allocate_owned(ctx, g.bf16_weight, 1, size_t(g.out_channels * gemm::bf16_depth(k))));
-  round_rows_to_bf16(w, g.out_channels, k, g.bf16_weight.data);
+  gemm::round_rows(w, k, g.out_channels, k, g.bf16_weight.data, true);
   return ok_status();
 }
 

@@ -504,11 +504,9 @@ void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k,
   }
 }
 
-// Rows [0, rows) of A (f32, k columns, row stride lda) rounded into out as
-// a bf16 product's A: rows of `depth` (k rounded up to even), an odd K's pad
-// column zero. Where bf16 products run (AVX512-BF16), by vcvtneps2bf16: to
-// nearest even as f32_to_bf16, in one instruction where StoreBf16 takes
-// seven (denormals go to 0 there, a product's difference below 2^-126).
+// gemm::round_rows (gemm.h) on one thread, into rows of `depth`. Where bf16
+// products run (AVX512-BF16), by vcvtneps2bf16: one instruction where
+// StoreBf16 takes seven.
 #if KILN_GEMM_BF16
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
@@ -738,6 +736,13 @@ void block(const Bf16Problem& p, const Epilogue& e) { run_block(p, e, prefetches
 void multiply(const Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 
+void round_rows(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, bool parallel) {
+  const int64_t depth = bf16_depth(k);
+  parallel_ranges(rows, parallel && rows * k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a + begin * lda, lda, end - begin, k, depth, out + begin * depth);
+  });
+}
+
 size_t f32_rows_scratch(int64_t m, int64_t n, int64_t k, int threads) {
   if (splits_rows_first<bf16>(n, bf16_depth(k))) return size_t(threads) * rounded_slot_bytes(m, k);
   return size_t(m * bf16_depth(k)) * sizeof(bf16);
@@ -747,9 +752,7 @@ void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool pa
   assert(p.k == bf16_depth(a.k));
   if (splits_rows_first<bf16>(p.n, p.k)) return split_across_threads(p, e, parallel, &a);
   bf16* rounded = static_cast<bf16*>(a.scratch);
-  parallel_ranges(p.m, parallel && p.m * a.k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * p.k);
-  });
+  round_rows(a.a, a.lda, p.m, a.k, rounded, parallel);
   Bf16Problem q = p;
   q.a = rounded, q.lda = p.k;
   split_across_threads(q, e, parallel);

@@ -115,6 +115,12 @@ void block(const Bf16Problem& p, const Epilogue& e);  // only where has_bf16_pro
 void multiply(const Problem& p, const Epilogue& e, bool parallel);
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel);  // only where has_bf16_products()
 
+// Rows [0, rows) of A (f32, k columns, row stride lda) rounded to bf16 as a
+// bf16 product's A: rows of bf16_depth(k), an odd K's pad column zero. To
+// nearest even; where bf16 products run, by vcvtneps2bf16, which turns
+// denormals to 0 (a product's difference below 2^-126).
+void round_rows(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, bool parallel);
+
 // A bf16 product's A given in f32, for multiply() to round: row-major, row
 // stride lda, k columns (the problem's k is bf16_depth(k); its a is not
 // read). The threads round it as their tiles reach it, where B is small

@@ -4,7 +4,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/parallel.h"
 
@@ -66,15 +65,6 @@ void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, 
 void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
              float scale) {
   gemm::pack_bf16(b, row_stride, col_stride, k, n, packed, scale);
-}
-
-void round_rows_to_bf16(const float* in, int64_t rows, int64_t k, bf16* out) {
-  const int64_t depth = gemm::bf16_depth(k);
-  if (depth == k) return round_to_bf16(in, out, rows * k, true);
-  parallel_for(rows, rows * k >= kParallelMinElements, [&](int64_t i) {
-    round_to_bf16(in + i * k, out + i * depth, k, false);
-    out[i * depth + k] = bf16{0};
-  });
 }
 
 gemm::Epilogue fused_epilogue(const KernelContext& ctx, bool bias_per_row) {

@@ -78,10 +78,6 @@ Status pack_owned(const KernelContext& ctx, PackedOperand<T>& owner, size_t inde
   return ok_status();
 }
 
-// `rows` rows of k floats rounded to bf16 for gemm's bf16 products (an A
-// operand): rows of gemm::bf16_depth(k), an odd k's last column zero.
-void round_rows_to_bf16(const float* in, int64_t rows, int64_t k, bf16* out);
-
 // kiln.Linear's and kiln.Conv's epilogue: bias (input 2), activation,
 // residual (input 3, shaped like the output).
 gemm::Epilogue fused_epilogue(const KernelContext& ctx, bool bias_per_row);
