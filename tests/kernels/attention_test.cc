@@ -121,7 +121,7 @@ TEST(Attention, EveryHighwayTarget) {
 
 // bf16 attention's softmax step writes its probabilities as bf16 with a
 // cheaper exp: within one bf16 step (or both below 2^-120) of the f32 step's
-// exps rounded, with the same running max and the sums within 1e-5; on two
+// exps rounded, with the same running max and the sums within 1e-4; on two
 // blocks of 77 keys (a lane tail), over rows of ordinary scores, of a very
 // wide range and of all -inf; a row with a NaN keeps a NaN max.
 TEST(Attention, OnlineSoftmaxRowsInBf16) {
@@ -155,7 +155,8 @@ TEST(Attention, OnlineSoftmaxRowsInBf16) {
         }
         EXPECT_EQ(max16[r], max32[r]);
         EXPECT_EQ(alpha16[r], alpha32[r]);
-        EXPECT_NEAR(sum16[r], sum32[r], 1e-5 * std::max(1.0f, sum32[r]));
+        // Where bf16 products run, bf16's exps are within 7.5e-5 (ExpForBf16).
+        EXPECT_NEAR(sum16[r], sum32[r], 1e-4 * std::max(1.0f, sum32[r]));
         for (int64_t j = 0; j < kKeys; ++j) {
           const float want = exps[r * kStride + j];
           const bf16 got = probabilities[r * kStride + j];
