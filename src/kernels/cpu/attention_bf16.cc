@@ -20,7 +20,6 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -77,13 +76,12 @@ void attend_rows(const Problem& p, const Layout& l, const char* heads, int64_t b
   // Q's rows rounded (an odd D's pad column zero; the scale went into Kᵀ);
   // the running statistics reset.
   const float* q_in = p.q + b0 * p.q_stride[0] + b1 * p.q_stride[1] + row0 * p.q_stride[2];
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = q_in + r * p.q_stride[2];
-    if (p.q_stride[3] == 1) round_to_bf16(row, q + r * l.depth, p.d, false);
-    else
-      for (int64_t t = 0; t < p.d; ++t) q[r * l.depth + t] = f32_to_bf16(row[t * p.q_stride[3]]);
-    if (p.d < l.depth) q[r * l.depth + p.d] = bf16{0};
-  }
+  if (p.q_stride[3] == 1) gemm::round_rows(q_in, p.q_stride[2], rows, p.d, q, false);
+  else
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < p.d; ++t) q[r * l.depth + t] = f32_to_bf16(q_in[r * p.q_stride[2] + t * p.q_stride[3]]);
+      if (p.d < l.depth) q[r * l.depth + p.d] = bf16{0};
+    }
   std::fill_n(max, rows, -std::numeric_limits<float>::infinity());
   std::fill_n(sum, rows, 0.0f);
   const float* mask =
