@@ -16,8 +16,8 @@ runners run in turn, in rounds (the order reversed each round, so that a drift i
 speed hits all alike), and each runner's median is over all its timed runs. kiln graph f32 runs next to
 ONNX Runtime, kiln graph bf16 next to PyTorch bf16, and a target's ratio is the median of the rounds'
 ratios (those two measured seconds apart, not minutes: kiln's and ONNX Runtime's pooled medians once
-moved 35 % and 2 % between rounds). Last, `kiln profile` of kiln graph f32 says where its time goes (per op kind and the slowest
-steps).
+moved 35 % and 2 % between rounds). Last, `kiln profile` of kiln graph f32 and bf16 says where their time goes (per op
+kind and the slowest steps).
 """
 import argparse
 import datetime
@@ -78,9 +78,10 @@ def kiln_bench(name, mode, precision, iters):
     return {"ms": j["modes"][mode]["ms"], "peak_rss_mib": rss, "json": j}
 
 
-def kiln_profile(name, replays):
-    """`kiln profile --json` of graph f32: per op kind and the slowest steps, each step's median of `replays`."""
-    out, _ = run_measured([KILN, "profile", *kiln_args(name), "--iters", str(replays), "--top", "3", "--json"])
+def kiln_profile(name, precision, replays):
+    """`kiln profile --json` of graph mode: per op kind and the slowest steps, each step's median of `replays`."""
+    out, _ = run_measured([KILN, "profile", *kiln_args(name), "--precision", precision, "--iters", str(replays),
+                           "--top", "3", "--json"])
     return json.loads(out)
 
 
@@ -166,7 +167,7 @@ def pipeline_bench(reps=10):
 def measure(name, scale, rounds, log):
     """Every runner on one model, `rounds` times over, in turn (RUN_ORDER, reversed each round, so a drift
     in the machine's speed hits all alike); each runner's timed runs pooled, its median over them all, and
-    its median in each round kept (round_ms) for the paired ratios. Then kiln graph f32's profile."""
+    its median in each round kept (round_ms) for the paired ratios. Then kiln graph's profiles, f32 and bf16."""
     iters = max(1, round(ITERS[name] * scale))
     runners = [(f"kiln {mode} {precision}", lambda m=mode, p=precision: kiln_bench(name, m, p, iters))
                for precision in ("f32", "bf16") for mode in ("eager", "graph")]
@@ -199,8 +200,11 @@ def measure(name, scale, rounds, log):
             results[runner] = pooled[runner]
         elif runner == "PyTorch eager bf16 default":
             results["PyTorch eager bf16"] = dict(best, kernels=kernels, other_ms=other["median_ms"])
-    log(f"{name}: kiln profile f32")
-    return results, kiln_profile(name, min(iters, 5))
+    profiles = {}
+    for precision in ("f32", "bf16"):
+        log(f"{name}: kiln profile {precision}")
+        profiles[precision] = kiln_profile(name, precision, min(iters, 5))
+    return results, profiles
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -222,21 +226,27 @@ def percent_of_peak(results, runner, flops):
     return 100 * flops / (results[runner]["median_ms"] * 1e6) / j["peak"]["gflops_per_s"]
 
 
-def time_goes(results, profile):
-    """Where kiln graph f32's time goes: from `kiln profile` (per op kind with the products' GFLOP/s, and the
-    slowest steps), or from the bench's one profiled run in a results.json written before profiles were kept."""
-    if not profile:
+def time_goes(results, profiles):
+    """Where kiln graph's time goes, a paragraph each for f32 and bf16: from `kiln profile` (per op kind with
+    the products' GFLOP/s, and the slowest steps). A results.json written before bf16 was profiled holds
+    f32's profile alone, and one from before profiles were kept the bench's one profiled run."""
+    if not profiles:
         graph = results["kiln graph f32"]["json"]["profiled_replay_ms_by_op"]
         total = sum(graph.values())
-        return "Where kiln graph f32's time goes (one profiled run, per op kind): " + ", ".join(
-            f"{op} {ms / total * 100:.0f} %" for op, ms in sorted(graph.items(), key=lambda kv: -kv[1])[:6]) + "."
+        return ["Where kiln graph f32's time goes (one profiled run, per op kind): " + ", ".join(
+            f"{op} {ms / total * 100:.0f} %" for op, ms in sorted(graph.items(), key=lambda kv: -kv[1])[:6]) + "."]
+    if "ops" in profiles:
+        profiles = {"f32": profiles}
 
     def rate(row):
         return f" at {row['gflops_per_s']:.0f} GFLOP/s" if "gflops_per_s" in row else ""
-    ops = ", ".join(f"{r['op']} {r['percent']:.0f} %{rate(r)}" for r in profile["ops"][:6])
-    steps = "; ".join(f"{r['node']} ({r['op']}, {r['ms']:.3g} ms{rate(r)})" for r in profile["slowest_steps"])
-    return (f"Where kiln graph f32's time goes (`kiln profile`, each step's median of {profile['replays']} replays), "
-            f"per op kind: {ops}. Slowest steps: {steps}.")
+    paragraphs = []
+    for precision, profile in profiles.items():
+        ops = ", ".join(f"{r['op']} {r['percent']:.0f} %{rate(r)}" for r in profile["ops"][:6])
+        steps = "; ".join(f"{r['node']} ({r['op']}, {r['ms']:.3g} ms{rate(r)})" for r in profile["slowest_steps"])
+        paragraphs.append(f"Where kiln graph {precision}'s time goes (`kiln profile`, each step's median of "
+                          f"{profile['replays']} replays), per op kind: {ops}. Slowest steps: {steps}.")
+    return paragraphs
 
 
 def paired_ratio(results, runner, base):
@@ -291,7 +301,9 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
             lines.append(f"| {runner}{note} | {r['median_ms']:.2f} | {ort / r['median_ms']:.2f}x | "
                          f"{flops / (r['median_ms'] * 1e6):.1f} | {'' if pct is None else f'{pct:.1f}'} | "
                          f"{r['peak_rss_mib']:.0f} |")
-        lines += ["", time_goes(results, (profiles or {}).get(name)), ""]
+        for paragraph in time_goes(results, (profiles or {}).get(name)):
+            lines += ["", paragraph]
+        lines.append("")
     if peaks:
         lines += ["Measured peaks: " + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted(peaks.items())) + ".", ""]
     if pipeline:
@@ -320,7 +332,8 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
               "graph bf16 next to PyTorch bf16. The tables above pool every round, and a shared machine's",
               "slow minutes can fall on one runner's runs and not the other's. `needs`: the share of the measured matmul peak kiln's run would have to reach to meet",
               "the target (its FLOPs over the baseline's median divided by the ratio); above 100 % no kernel",
-              "can meet it on this machine.", "",
+              "can meet it on this machine. Where kiln's run spends its time, f32 and bf16: the model's",
+              "section above.", "",
               "| model | target | measured | | needs | rounds |", "|---|---|---:|---|---:|---|"]
     for model, runner, base, want, what in TARGETS:
         if model not in all_results:
