@@ -118,10 +118,7 @@ Result<std::optional<Bf16Gemm>> bf16_gemm_setting() {
 
 // Whether oneDNN runs AMX tiles here (and so takes bf16 products at several
 // times the rate kiln's GEMM does).
-bool onednn_has_amx() {
-  const unsigned amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
-  return (unsigned(dnnl::get_effective_cpu_isa()) & amx) == amx;
-}
+bool onednn_has_amx() { return simd_targets::onednn_has(dnnl_cpu_isa_avx512_core_amx); }
 
 // bf16_gemm()'s choice, and why it was made.
 struct Bf16GemmChoice {

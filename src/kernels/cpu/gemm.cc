@@ -560,8 +560,7 @@ void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 
 bool has_bf16_products() {
   static const bool has = [] {
-    const unsigned bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
-    return HWY_DYNAMIC_DISPATCH(Bf16Products)() && (unsigned(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
+    return HWY_DYNAMIC_DISPATCH(Bf16Products)() && simd_targets::onednn_has(dnnl_cpu_isa_avx512_core_bf16);
   }();
   return has;
 }

@@ -12,20 +12,16 @@
 
 namespace kiln::simd_targets {
 
-namespace {
-
-bool onednn_has(dnnl::cpu_isa isa) {
+bool onednn_has(dnnl_cpu_isa_t isa) {  // each ISA's value holds the bits of those below it
   const unsigned bits = unsigned(isa);
   return (unsigned(dnnl::get_effective_cpu_isa()) & bits) == bits;
 }
 
-}  // namespace
-
 bool follow_onednn_cap() {
   int64_t disabled = 0;
-  if (!onednn_has(dnnl::cpu_isa::avx512_core)) disabled |= HWY_AVX3 | HWY_AVX3_DL;
-  if (!onednn_has(dnnl::cpu_isa::avx2)) disabled |= HWY_AVX2;
-  if (!onednn_has(dnnl::cpu_isa::sse41)) disabled |= HWY_SSE4;
+  if (!onednn_has(dnnl_cpu_isa_avx512_core)) disabled |= HWY_AVX3 | HWY_AVX3_DL;
+  if (!onednn_has(dnnl_cpu_isa_avx2)) disabled |= HWY_AVX2;
+  if (!onednn_has(dnnl_cpu_isa_sse41)) disabled |= HWY_SSE4;
   hwy::DisableTargets(disabled);
   return true;
 }

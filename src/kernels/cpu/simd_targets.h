@@ -11,6 +11,8 @@
 // library picks the best its CPU has.
 #pragma once
 
+#include <oneapi/dnnl/dnnl_types.h>
+
 #include <string>
 
 namespace kiln::simd_targets {
@@ -20,6 +22,10 @@ namespace kiln::simd_targets {
 // true so that it can initialize the variable below.
 bool follow_onednn_cap();
 inline const bool kFollowsOnednnCap = follow_onednn_cap();
+
+// Whether oneDNN may run `isa` (dnnl_cpu_isa_avx512_core_bf16, ...): the
+// CPU has it and ONEDNN_MAX_CPU_ISA does not cap it.
+bool onednn_has(dnnl_cpu_isa_t isa);
 
 // The target Highway's dispatch picks now, as Highway names it ("AVX3",
 // "AVX2", ...), and oneDNN's effective ISA ("avx512_core_bf16", ...): what
