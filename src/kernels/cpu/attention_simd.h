@@ -56,7 +56,7 @@ void attention_f32(const Problem& p, float* scratch, bool parallel);
 // `probabilities`, the exps go there instead, rounded to bf16 (to nearest
 // even; the sums are of the f32 exps), in rows of the same stride lds;
 // where bf16 products run, those exps are only as exact as bf16 needs
-// (within a relative 7.5e-5; the rounding's half ulp is 2^-8).
+// (within a relative 7.9e-5; the rounding's half ulp is 2^-8).
 void online_softmax_rows(float* s, int64_t rows, int64_t keys, int64_t lds, float* max, float* sum, float* alpha,
                          bf16* probabilities = nullptr);
 
