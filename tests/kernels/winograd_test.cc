@@ -68,6 +68,9 @@ TEST(Winograd, MatchesDirectConvolution) {
       {"pad 2, wide", {1, 4, 6, 70, 3, 8, 72, 2, 2}, false, false},
       // Whole runs of F(4x4) tiles (64 outputs) with a residual, a cut last row.
       {"wide, residual", {1, 4, 9, 140, 3, 9, 140, 1, 1}, true, false},
+      // More input channels than a vector's lanes, and a part vector: the
+      // filter transform's whole and cut runs.
+      {"37 channels", {1, 37, 10, 12, 5, 10, 12, 1, 1}, false, false},
   };
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);

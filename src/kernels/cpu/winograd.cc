@@ -19,6 +19,8 @@
 
 #include <hwy/highway.h>
 
+#include "kernels/cpu/bf16_round-inl.h"
+
 #ifndef KILN_WINOGRAD_CHUNK  // once, not per target
 #define KILN_WINOGRAD_CHUNK
 namespace kiln::winograd {
@@ -40,6 +42,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
+using simd::HWY_NAMESPACE::StoreBf16;
 constexpr int64_t kLanes = int64_t(hn::MaxLanes(D()));
 
 // Calls fn(th, tw, t, run) for each run of up to kLanes tiles of the chunk
@@ -275,6 +278,83 @@ void OutputTransform(const Conv& c, const Chunk& chunk, const float* m, int64_t 
   OutputTransformAs<2>(c, chunk, m, stride, begin, end, bias, residual, y);
 }
 
+// G g: one column (or row) g of 3 filter values to a = m + 2.
+template <int64_t kM>
+HWY_INLINE void FilterSums(const V* g, V* out) {
+  const D d;
+  if constexpr (kM == 2) {  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+    const V half = hn::Set(d, 0.5f), outer = hn::Add(g[0], g[2]);
+    out[0] = g[0];
+    out[1] = hn::Mul(half, hn::Add(outer, g[1]));
+    out[2] = hn::Mul(half, hn::Sub(outer, g[1]));
+    out[3] = g[2];
+  } else {  // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
+    const V outer = hn::Add(g[0], hn::Mul(hn::Set(d, 4.0f), g[2])), two = hn::Add(g[1], g[1]);
+    const V sixth = hn::Set(d, -1.0f / 6.0f), twenty_fourth = hn::Set(d, 1.0f / 24.0f);
+    out[0] = hn::Mul(hn::Set(d, 0.25f), g[0]);
+    out[1] = hn::Mul(sixth, hn::Add(hn::Add(g[0], g[2]), g[1]));
+    out[2] = hn::Mul(sixth, hn::Sub(hn::Add(g[0], g[2]), g[1]));
+    out[3] = hn::Mul(twenty_fourth, hn::Add(outer, two));
+    out[4] = hn::Mul(twenty_fourth, hn::Sub(outer, two));
+    out[5] = g[2];
+  }
+}
+
+// u[xi * matrix + oc * depth + ic] = (G g G^T)[xi] for g = w[oc][ic] (w
+// [OC][IC][3][3]), output channels [begin, end); f32, or rounded to bf16.
+// Vectors along ic: each filter value gathered from kLanes filters 9 floats
+// apart. For a 1280 x 2560 weight on 2 threads, 16-25 ms where a scalar
+// loop writing each filter's a^2 values to a^2 matrices took 61-102 (a plan
+// does this once; an eager call with tiles enough for Winograd, each time).
+template <int64_t kM, typename T>
+void FilterTransformAs(const Conv& c, const float* w, int64_t begin, int64_t end, T* u, int64_t depth,
+                       int64_t matrix) {
+  constexpr int64_t kA = kM + 2;
+  const D d;
+  const hn::RebindToSigned<D> di;
+  const auto nine = hn::Mul(hn::Iota(di, 0), hn::Set(di, 9));
+  HWY_ALIGN float tail[9 * kLanes];
+  HWY_ALIGN T part[kLanes];
+  for (int64_t oc = begin; oc < end; ++oc)
+    for (int64_t ic = 0; ic < c.in_channels; ic += kLanes) {
+      const int64_t lanes = std::min(kLanes, c.in_channels - ic);
+      const float* from = w + (oc * c.in_channels + ic) * 9;
+      if (lanes < kLanes) {  // the row's last filters, then zeros
+        std::fill(std::copy(from, from + lanes * 9, tail), tail + 9 * kLanes, 0.0f);
+        from = tail;
+      }
+      V g[9], column[3], sums[kA], gg[kA][3];
+      for (int64_t e = 0; e < 9; ++e) g[e] = hn::GatherIndex(d, from + e, nine);
+      for (int64_t j = 0; j < 3; ++j) {  // G g: columns
+        for (int64_t r = 0; r < 3; ++r) column[r] = g[r * 3 + j];
+        FilterSums<kM>(column, sums);
+        for (int64_t r = 0; r < kA; ++r) gg[r][j] = sums[r];
+      }
+      for (int64_t r = 0; r < kA; ++r) {  // (G g) G^T: rows
+        FilterSums<kM>(gg[r], sums);
+        for (int64_t j = 0; j < kA; ++j) {
+          T* to = u + (r * kA + j) * matrix + oc * depth + ic;
+          T* into = lanes == kLanes ? to : part;
+          if constexpr (std::is_same_v<T, bf16>) StoreBf16(d, sums[j], into);
+          else hn::StoreU(sums[j], d, into);
+          if (lanes < kLanes) std::copy(part, part + lanes, to);
+        }
+      }
+    }
+}
+
+void FilterTransform(const Conv& c, const float* w, int64_t begin, int64_t end, float* u, int64_t depth,
+                     int64_t matrix) {
+  if (c.tile == 4) return FilterTransformAs<4>(c, w, begin, end, u, depth, matrix);
+  FilterTransformAs<2>(c, w, begin, end, u, depth, matrix);
+}
+
+void FilterTransformBf16(const Conv& c, const float* w, int64_t begin, int64_t end, bf16* u, int64_t depth,
+                         int64_t matrix) {
+  if (c.tile == 4) return FilterTransformAs<4>(c, w, begin, end, u, depth, matrix);
+  FilterTransformAs<2>(c, w, begin, end, u, depth, matrix);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kiln::winograd
 HWY_AFTER_NAMESPACE();
@@ -285,6 +365,8 @@ namespace kiln::winograd {
 HWY_EXPORT(InputTransform);
 HWY_EXPORT(InputTransformBf16);
 HWY_EXPORT(OutputTransform);
+HWY_EXPORT(FilterTransform);
+HWY_EXPORT(FilterTransformBf16);
 
 namespace {
 
@@ -327,47 +409,16 @@ struct Layout {
   }
 };
 
-// G g: one column (or row) g of a filter, 3 values, to a = m + 2.
-void filter_sums(int64_t m, const float* g, float* out) {
-  if (m == 2) {  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
-    out[0] = g[0];
-    out[1] = 0.5f * (g[0] + g[1] + g[2]);
-    out[2] = 0.5f * (g[0] - g[1] + g[2]);
-    out[3] = g[2];
-  } else {  // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
-    out[0] = 0.25f * g[0];
-    out[1] = -(g[0] + g[1] + g[2]) / 6.0f;
-    out[2] = -(g[0] - g[1] + g[2]) / 6.0f;
-    out[3] = (g[0] + 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
-    out[4] = (g[0] - 2.0f * g[1] + 4.0f * g[2]) / 24.0f;
-    out[5] = g[2];
-  }
-}
-
 // U[xi][oc][ic] = (G g G^T)[xi] for g = w[oc][ic]; rows of depth_of<T>,
 // rounded for bf16 (an odd count's pad column zero).
 template <typename T>
 void transform_filters_as(const Conv& c, const float* w, T* u, int threads) {
-  const int64_t depth = depth_of<T>(c), matrix = c.out_channels * depth, a = c.tile + 2;
-  parallel_for(c.out_channels, threads > 1, [&](int64_t oc) {
-    T* row = u + oc * depth;
-    for (int64_t ic = 0; ic < c.in_channels; ++ic) {
-      const float* g = w + (oc * c.in_channels + ic) * 9;
-      float column[3], sums[6], gg[6][3];  // G g
-      for (int j = 0; j < 3; ++j) {
-        for (int i = 0; i < 3; ++i) column[i] = g[i * 3 + j];
-        filter_sums(c.tile, column, sums);
-        for (int64_t i = 0; i < a; ++i) gg[i][j] = sums[i];
-      }
-      for (int64_t i = 0; i < a; ++i) {  // (G g) G^T
-        filter_sums(c.tile, gg[i], sums);
-        for (int64_t j = 0; j < a; ++j) {
-          if constexpr (kBf16<T>) row[(i * a + j) * matrix + ic] = f32_to_bf16(sums[j]);
-          else row[(i * a + j) * matrix + ic] = sums[j];
-        }
-      }
-    }
-    for (int64_t xi = 0; xi < c.points() && depth > c.in_channels; ++xi) row[xi * matrix + c.in_channels] = T{0};
+  const int64_t depth = depth_of<T>(c), matrix = c.out_channels * depth;
+  parallel_ranges(c.out_channels, threads > 1, [&](int64_t begin, int64_t end) {
+    if constexpr (kBf16<T>) HWY_DYNAMIC_DISPATCH(FilterTransformBf16)(c, w, begin, end, u, depth, matrix);
+    else HWY_DYNAMIC_DISPATCH(FilterTransform)(c, w, begin, end, u, depth, matrix);
+    for (int64_t xi = 0; xi < c.points() && depth > c.in_channels; ++xi)
+      for (int64_t oc = begin; oc < end; ++oc) u[xi * matrix + oc * depth + c.in_channels] = T{0};
   });
 }
 
@@ -462,6 +513,13 @@ int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   // byte: with them its peak memory passed ONNX Runtime's, 1,099 MB against
   // 947) and the UNet's at 32x32 (45); the UNet's 8x8 level in f32 (23 a
   // byte) would add 358 MB, past ONNX Runtime's too.
+  //
+  // Tried and dropped there: U made on each call from the f32 weight, a
+  // cache-sized block at a time (32-128 output by 64-256 input channels),
+  // never whole. At 2 x 2560 > 1280 at 8x8 (a harness calling the kernels,
+  // 2 threads) it took 19-23 ms against the direct conv's 22 and a kept U's
+  // 12-13.5: streaming the weight's 118 MB through the transform alone took
+  // 9.5-12 ms, and the products on U's blocks, against V from L3, 11-14.
   const double outputs = double(c.batch * c.out_height * c.out_width);
   auto worth = [&](double extra_bytes, double saved_each_output) {  // a filter's extra bytes
     return extra_bytes <= 0 || saved_each_output * outputs >= 32 * extra_bytes;
