@@ -4,6 +4,7 @@
 #include "runtime/plan_file.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <filesystem>
@@ -120,8 +121,7 @@ TEST_F(PlanFile, RejectsMalformedHeadersWithValidChecksums) {
     const uint64_t n = header.size();
     f.append(reinterpret_cast<const char*>(&version), 4).append(reinterpret_cast<const char*>(&n), 8) += header;
     f.resize((f.size() + 63) / 64 * 64);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : f) h = (h ^ c) * 0x100000001b3ull;
+    const uint64_t h = XXH3_64bits(f.data(), f.size());
     return f.append(reinterpret_cast<const char*>(&h), 8);
   };
   const std::string key = fmt::format(

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev opencl-headers ocl-icd-opencl-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
-  nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev
 )

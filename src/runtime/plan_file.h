@@ -6,7 +6,7 @@
 // kernels, which is fast; the passes never run again.
 //
 //   layout:  "KILNPLAN" | u32 format version | u64 header bytes | header (JSON)
-//            | constant data | u64 checksum (FNV-1a 64 of everything before it)
+//            | constant data | u64 checksum (XXH3 64 of everything before it)
 //
 // A file that is truncated, corrupt, of another format version, or stale
 // (another kiln version or CPU ISA) is rejected with one clear line; never a
@@ -22,7 +22,8 @@
 
 namespace kiln {
 
-inline constexpr uint32_t kPlanFormatVersion = 1;
+// 2: the checksum and model hash by XXH3 (1: FNV-1a).
+inline constexpr uint32_t kPlanFormatVersion = 2;
 
 // What a plan was compiled for; a plan is reused only where all of it holds.
 struct PlanKey {
@@ -30,7 +31,7 @@ struct PlanKey {
   std::string isa;        // oneDNN's effective ISA on the compiling machine
   std::string precision;  // "f32" or "bf16": the precision policy's default
   std::string model_path;
-  std::string model_hash;  // FNV-1a 64 of the model file, hex
+  std::string model_hash;  // XXH3 64 of the model file, hex
   std::string signature;   // "x:f32[2,4,32,32] ..."
   std::map<std::string, int64_t> dims;  // the symbolic dims' sizes (to recompile)
   // The rest of the pass options it was compiled with, to recompile it the
@@ -50,7 +51,6 @@ Result<PassOptions> key_passes(const PlanKey& key);
 Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
                              std::map<std::string, int64_t> dims);
 std::string current_isa();
-std::string fnv1a64_hex(std::string_view bytes);
 
 // True when the file starts like a .kplan (whatever follows).
 bool looks_like_plan_file(const std::string& path);
