@@ -260,6 +260,9 @@ TEST(Linalg, EveryHighwayTarget) {
       {"matmul weight past L2", OpKind::kMatMul, {}, {f32({100, 1030}), f32({1030, 300})}},
       {"matmul batched", OpKind::kMatMul, {}, {f32({2, 3, 13, 30}), f32({2, 3, 30, 21})}},
       {"gemm transB, C", OpKind::kGemm, attrs({{"transB", i(1)}}), {f32({8, 32}), f32({48, 32}), f32({48})}},
+      // B's columns along its rows, K not a multiple of 16, a cut last
+      // panel; in a plan, packed on the threads.
+      {"gemm transB, ragged", OpKind::kGemm, attrs({{"transB", i(1)}}), {f32({5, 401}), f32({100, 401})}},
       {"linear gelu + residual", OpKind::kLinear, gelu, {f32({2, 29, 40}), f32({40, 36}), f32({36}), f32({2, 29, 36})}},
       {"linear gated + residual", OpKind::kLinear, {},
        {f32({2, 24, 40}), f32({40, 36}), f32({36}), f32({2, 24, 36}), f32({2, 1, 36})}},

@@ -57,14 +57,36 @@ int64_t packed_count(const float*, int64_t k, int64_t n) { return gemm::packed_f
 
 int64_t packed_count(const bf16*, int64_t k, int64_t n) { return gemm::packed_bf16_count(k, n); }
 
+namespace {
+
+// Packs B's panels on the threads, whole panels each (a panel's packed
+// values lie together, `per_panel` of them).
+template <typename T, typename PackFn>
+void pack_panels(const float* b, int64_t col_stride, int64_t k, int64_t n, T* packed, int64_t per_panel,
+                 PackFn&& pack) {
+  const int64_t w = gemm::panel_width(), panels = (n + w - 1) / w;
+  parallel_ranges(panels, panels > 1 && k * n >= kParallelMinElements, [&](int64_t first, int64_t last) {
+    const int64_t j0 = first * w;
+    pack(b + j0 * col_stride, std::min(n, last * w) - j0, packed + first * per_panel);
+  });
+}
+
+}  // namespace
+
 void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
              float scale) {
-  gemm::pack(b, row_stride, col_stride, k, n, packed, scale);
+  pack_panels(b, col_stride, k, n, packed, gemm::packed_floats(k, gemm::panel_width()),
+              [&](const float* from, int64_t cols, float* to) {
+                gemm::pack(from, row_stride, col_stride, k, cols, to, scale);
+              });
 }
 
 void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
              float scale) {
-  gemm::pack_bf16(b, row_stride, col_stride, k, n, packed, scale);
+  pack_panels(b, col_stride, k, n, packed, gemm::packed_bf16_count(k, gemm::panel_width()),
+              [&](const float* from, int64_t cols, bf16* to) {
+                gemm::pack_bf16(from, row_stride, col_stride, k, cols, to, scale);
+              });
 }
 
 gemm::Epilogue fused_epilogue(const KernelContext& ctx, bool bias_per_row) {

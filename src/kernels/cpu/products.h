@@ -48,7 +48,8 @@ struct PackedOperand final : KernelState {
   bool copies_input(size_t i) const override { return i == index; }
 };
 
-// gemm's packing for each type of product.
+// gemm's packing for each type of product, whole panels on each of the
+// threads where B is large enough.
 int64_t packed_count(const float*, int64_t k, int64_t n);
 int64_t packed_count(const bf16*, int64_t k, int64_t n);
 void pack_as(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
