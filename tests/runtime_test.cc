@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/huge_pages.h"
 #include "runtime/caching_allocator.h"
 #include "runtime/eager_executor.h"
 
@@ -21,6 +22,20 @@ TEST(Tensor, EmptyIsZeroedAndAlignedAtEverySize) {
     Tensor copy = *t;  // shares the storage, which outlives t
     t = Status(invalid_argument("dropped"));
     EXPECT_EQ(std::count(copy.data<float>(), copy.data<float>() + n, 1.5f), n) << n;
+  }
+}
+
+// 64-byte aligned below 4 MB, 2 MB aligned from there (huge pages), every
+// byte writable, and each freed by std::free (the sanitizer build checks).
+TEST(HugePages, AllocateHugeIsAlignedAndWritable) {
+  for (size_t bytes : {size_t(0), size_t(1), size_t(100), (size_t(4) << 20) - 1, size_t(4) << 20,
+                       (size_t(9) << 20) + 3}) {
+    auto* p = static_cast<unsigned char*>(allocate_huge(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (bytes >= (size_t(4) << 20) ? size_t(2) << 20 : 64), 0u) << bytes;
+    std::fill_n(p, bytes, 7);
+    EXPECT_EQ(size_t(std::count(p, p + bytes, 7)), bytes) << bytes;
+    std::free(p);
   }
 }
 

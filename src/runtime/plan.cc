@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/heap_probe.h"
+#include "core/huge_pages.h"
 #include "core/mapped_file.h"
 #include "kernels/cpu/cpu_context.h"
 #include "memory/memory_plan.h"
@@ -300,7 +301,7 @@ Status Plan::plan_arena(const std::vector<size_t>& scratch_bytes) {
     return resource_exhausted("the plan needs a {} byte arena, more than this machine's memory",
                               mp.arena_bytes);
   std::free(arena_);
-  arena_ = static_cast<std::byte*>(std::aligned_alloc(kArenaAlignment, round_up(mp.arena_bytes + 1, kArenaAlignment)));
+  arena_ = static_cast<std::byte*>(allocate_huge(round_up(mp.arena_bytes + 1, kArenaAlignment)));
   if (!arena_) return resource_exhausted("cannot allocate a {} byte arena", mp.arena_bytes);
   stats_.arena_bytes = mp.arena_bytes;
   stats_.naive_bytes = mp.naive_bytes;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/huge_pages.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/kernel.h"
 
@@ -63,7 +64,7 @@ template <typename T>
 Status allocate_owned(const KernelContext& ctx, PackedOperand<T>& owner, size_t index, size_t count) {
   owner.count = count;
   owner.index = index;
-  owner.data = static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
+  owner.data = static_cast<T*>(allocate_huge(count * sizeof(T)));
   if (!owner.data) return resource_exhausted("{}: no memory for its copy of input {}", node_label(*ctx.node), index);
   return ok_status();
 }
