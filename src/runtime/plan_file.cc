@@ -6,6 +6,7 @@
 #include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/mapped_file.h"
@@ -77,14 +78,16 @@ json tensor_ref(const Tensor& t, Blob& blob) {
 }
 
 // Writes a file front to back, hashing what it writes (the trailing
-// checksum); into `path`.tmp, renamed over `path` once whole, so a process
-// that has the old file mapped never sees it cut short.
+// checksum); into `path`.PID.tmp, renamed over `path` once whole, so a
+// process that has the old file mapped never sees it cut short.
 class FileWriter {
  public:
   explicit FileWriter(std::string path)
-      : path_(std::move(path)), temp_(path_ + ".tmp"), hash_(XXH3_createState(), XXH3_freeState) {
+      : path_(std::move(path)),
+        temp_(fmt::format("{}.{}.tmp", path_, getpid())),
+        hash_(XXH3_createState(), XXH3_freeState) {
+    if (!hash_ || XXH3_64bits_reset(hash_.get()) != XXH_OK) return;
     out_.open(temp_, std::ios::binary | std::ios::trunc);
-    XXH3_64bits_reset(hash_.get());
   }
   ~FileWriter() {
     if (!done_) {
