@@ -6,6 +6,7 @@
 
 #include "npy/npy.h"
 #include "onnx/onnx_import.h"
+#include "runtime/plan_file.h"
 #include "safetensors/safetensors.h"
 
 namespace kiln::cli {
@@ -54,6 +55,9 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::vector<std::string>
 }
 
 Result<Graph> load_model(const std::string& path) {
+  if (looks_like_plan_file(path))
+    return invalid_argument("{}: a compiled .kplan, which only kiln run loads; give the ONNX model it was compiled from",
+                            path);
   if (auto weights = describe_weights_file(path)) {
     if (!weights->ok()) return weights->status();
     return invalid_argument("{}: holds tensors only, not a model; give an ONNX file", path);

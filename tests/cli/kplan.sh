@@ -48,4 +48,14 @@ set +e
 rc=$?
 set -e
 [[ $rc -eq 2 ]] && grep -q "a .kplan runs as compiled" err.txt || fail "--mode eager on a .kplan: $(cat err.txt)"
+# The commands that take an ONNX model say what a .kplan is, not that it
+# fails to parse as ONNX.
+for command in bench profile show compile; do
+  set +e
+  "$kiln" $command dit.kplan $([[ $command == compile ]] && echo "-o again.kplan") >/dev/null 2>err.txt
+  rc=$?
+  set -e
+  [[ $rc -eq 2 && $(wc -l <err.txt) -eq 1 ]] && grep -q "dit.kplan: a compiled .kplan, which only kiln run loads" err.txt ||
+    fail "kiln $command on a .kplan: exit code $rc: $(cat err.txt)"
+done
 echo "PASS: kiln compile / run .kplan, corrupt and truncated plans rejected"
