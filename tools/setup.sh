@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libomp-14-dev  # the fuzzers: clang's OpenMP
 )
 # Only needed to regenerate the reference models and data (tools/*.py).
 if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then

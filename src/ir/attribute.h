@@ -18,6 +18,10 @@ using AttributeValue = std::variant<int64_t, float, std::string, std::vector<int
 
 class Attributes {
  public:
+  Attributes() = default;
+  // Attributes{{"axis", int64_t(1)}, {"perm", std::vector<int64_t>{0, 2, 1}}}
+  Attributes(std::initializer_list<std::pair<std::string, AttributeValue>> items) : items_(items) {}
+
   void set(std::string name, AttributeValue value);
   bool has(std::string_view name) const { return find(name) != nullptr; }
   const AttributeValue* find(std::string_view name) const;

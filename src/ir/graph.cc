@@ -92,6 +92,12 @@ Value* Graph::find_value(std::string_view name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+void Graph::rename_value(Value* v, std::string name) {
+  if (auto it = by_name_.find(v->name); it != by_name_.end() && it->second == v) by_name_.erase(it);
+  v->name = std::move(name);
+  by_name_.emplace(v->name, v);
+}
+
 Status Graph::topo_sort() {
   // Kahn's algorithm, stable: among ready nodes, the earlier one goes first.
   std::unordered_map<const Node*, size_t> pending;

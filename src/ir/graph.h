@@ -90,6 +90,8 @@ class Graph {
   void mark_output(Value* v);
 
   Value* find_value(std::string_view name) const;
+  // Gives `v` a new name (unique names are checked by graph_verify).
+  void rename_value(Value* v, std::string name);
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   const std::vector<Value*>& inputs() const { return inputs_; }

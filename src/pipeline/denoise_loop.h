@@ -21,7 +21,9 @@
 // where the host loop draws it: the modes give the same image.
 #pragma once
 
-#include "ir/graph.h"
+#include <functional>
+
+#include "ir/builder.h"
 #include "pipeline/scheduler.h"
 
 namespace kiln {
@@ -35,8 +37,13 @@ struct DenoiseLoopSpec {
   uint64_t noise_first_pair = 0;                         // where step 0's noise starts in the stream
 };
 
-// `unet` is copied into the loop graph (its inputs sample, timestep,
-// encoder_hidden_states; its first output the noise prediction).
-Result<Graph> denoise_loop_graph(const Graph& unet, const StepTables& tables, const DenoiseLoopSpec& spec);
+// Adds the denoiser to the loop graph: its prediction for `sample` at
+// `timestep` (spec.timestep_dtype, spec.timestep_shape) given `context`.
+using DenoiserBuildFn = std::function<Value*(GraphBuilder& b, Value* sample, Value* timestep, Value* context)>;
+Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTables& tables, const DenoiseLoopSpec& spec);
+
+// A DenoiserBuildFn that copies `unet` into the loop graph (its inputs
+// sample, timestep, encoder_hidden_states; its first output the prediction).
+DenoiserBuildFn inline_denoiser(const Graph& unet);
 
 }  // namespace kiln

@@ -270,7 +270,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
                                .context_shape = run.context.shape(), .timestep_dtype = timestep_dtype_,
                                .timestep_shape = timestep_shape(shape[0]),
                                .guidance_scale = o.guidance_scale, .noise_first_pair = run.noise_first_pair};
-    auto loop = denoise_loop_graph(unet, tables, spec);
+    auto loop = denoise_loop_graph(inline_denoiser(unet), tables, spec);
     if (!loop.ok()) return loop.status().with_context(unet_path_);
     // The latents, the x0 estimate and the counter change every step; what
     // reads only the prompt's context (cross-attention keys and values) is
