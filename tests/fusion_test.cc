@@ -248,8 +248,11 @@ TEST(Fusion, AttentionWithHeadSplitAndMerge) {
 // An attention's Q, K and V as fuse_attention and fuse_linear leave them:
 // each a kiln.Linear (with its bias) or a MatMul by a constant weight, of x
 // (K and V of a context for cross-attention), split into heads by a Reshape.
-// With `odd_one_out`, V's projection has an activation (so it cannot merge).
-void projected_attention(Builder& b, OpKind projection, bool cross, bool odd_one_out = false, int64_t seq = 12) {
+// With `odd_one_out`, V's projection has an activation (so it cannot merge);
+// with `checkpoint_layout`, the Linears' weights are [N, K] in f16 (transB,
+// as checkpoints store them) and they have no bias.
+void projected_attention(Builder& b, OpKind projection, bool cross, bool odd_one_out = false, int64_t seq = 12,
+                         bool checkpoint_layout = false) {
   const int64_t B = 2, C = 16, H = 2, D = 8, context_seq = cross ? 7 : seq;
   Value* x = b.input("x", {B, seq, C});
   Value* context = cross ? b.input("context", {B, context_seq, C}) : x;
@@ -260,6 +263,14 @@ void projected_attention(Builder& b, OpKind projection, bool cross, bool odd_one
     Value* weight = b.constant({C, H * D}, w);
     Attributes a;
     a.set("activation", std::string(activation ? "gelu" : "none"));
+    if (checkpoint_layout) {
+      Tensor t = *Tensor::empty(DType::kF16, {H * D, C});
+      for (int64_t n = 0; n < H * D; ++n)
+        for (int64_t k = 0; k < C; ++k) t.data<f16>()[n * C + k] = f32_to_f16(w[size_t(k * H * D + n)]);
+      a.set("transB", int64_t(1));
+      return b.node(OpKind::kReshape, {b.node(OpKind::kLinear, {from, b.g.add_constant(b.g.unique_name("w16"), t)}, a),
+                                       b.ints({B, rows, H, D})});
+    }
     Value* y = projection == OpKind::kLinear ? b.node(OpKind::kLinear, {from, weight, b.constant({H * D}, bias)}, a)
                                              : b.node(OpKind::kMatMul, {from, weight});
     return b.node(OpKind::kReshape, {y, b.ints({B, rows, H, D})});
@@ -288,6 +299,13 @@ TEST(Fusion, QkvProjectionsOfOneTensor) {
   EXPECT_EQ(counts, (Counts{{OpKind::kMatMul, 2}, {OpKind::kReshape, 2}, {OpKind::kAttention, 1}}));
   // A projection with an activation is not a plain one: Q and K merge, V stays.
   counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, false, true); }, "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 2}, {OpKind::kReshape, 2}, {OpKind::kAttention, 1}}));
+  // Weights as checkpoints hold them ([N, K] in f16, no bias): merged as such.
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, false, false, 12, true); },
+                            "fuse_qkv", 1);
+  EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 1}, {OpKind::kReshape, 1}, {OpKind::kAttention, 1}}));
+  counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, true, false, 12, true); },
+                            "fuse_qkv", 1);
   EXPECT_EQ(counts, (Counts{{OpKind::kLinear, 2}, {OpKind::kReshape, 2}, {OpKind::kAttention, 1}}));
   // Nothing to merge: cross-attention whose V has an activation.
   counts = fuse_and_compare([](Builder& b) { projected_attention(b, OpKind::kLinear, true, true); }, "fuse_qkv", 0);

@@ -265,3 +265,50 @@ TEST(Plan, RefusesBindingsThatWouldOverwriteAnInputStillRead) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A weight stored in f16 (kernel.h): widened once at the step's first call,
+// the wide copy and the f16 constant both gone once the kernel has packed
+// its own; the results those of the weight given in f32.
+TEST(Plan, StoredWeightsAreWidenedOnceAndNotKept) {
+  auto graph = [](DType weight_dtype) {
+    Graph g;
+    Value* x = g.add_input("x", DType::kF32, SymShape{Dim(3), Dim(40)});
+    Tensor w = ramp({24, 40}, 0.001f);
+    if (weight_dtype == DType::kF16) {
+      Tensor half = *Tensor::empty(DType::kF16, {24, 40});
+      for (int64_t i = 0; i < w.numel(); ++i) half.data<f16>()[i] = f32_to_f16(w.data<float>()[i]);
+      w = half;
+    } else {
+      for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = f16_to_f32(f32_to_f16(w.data<float>()[i]));
+    }
+    Value* y = g.add_value("y");
+    g.add_node(OpKind::kLinear, "fc", {x, g.add_constant("w", w)}, {y}, Attributes{{"transB", int64_t(1)}});
+    g.mark_output(y);
+    return g;
+  };
+  const Tensor x = ramp({3, 40}, 0.01f);
+  std::vector<std::vector<float>> results;
+  for (DType dtype : {DType::kF16, DType::kF32}) {
+    auto plan = Plan::compile(graph(dtype), {});
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    ASSERT_TRUE((*plan)->bind_input("x", x.view()).ok());
+    ASSERT_TRUE((*plan)->run().ok());
+    results.push_back(values((*plan)->output(0)));
+    EXPECT_FALSE((*plan)->graph_whole()) << "the weight is freed once packed";
+    EXPECT_GE((*plan)->stats().packed_weight_bytes, size_t(24 * 40 * 4)) << "only the packed copy is counted";
+    EXPECT_LT((*plan)->stats().packed_weight_bytes, size_t(2 * 24 * 40 * 4)) << "no wide copy beside it";
+  }
+  EXPECT_EQ(results[0], results[1]);
+  // Eager widens it too, and gets the same.
+  Graph g = graph(DType::kF16);
+  EagerExecutor exec(g);
+  auto eager = exec.run({{"x", x}});
+  ASSERT_TRUE(eager.ok()) << eager.status().message();
+  EXPECT_EQ(values((*eager)[0].view()), results[1]);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -71,5 +71,15 @@ using KernelFn = Status (*)(KernelContext&);
 KernelFn ref_kernel(OpKind op);
 KernelFn cpu_kernel(OpKind op);
 
+// Stored weights: a product's constant weight (input 1 of kiln.Linear and
+// kiln.Conv) may be f16 or bf16, as checkpoints hold it, and stay so in the
+// graph (mapped from its file, never copied). Kernels compute on f32 only:
+// the executors hand them the weight widened (kernels/cpu/widen.h). A plan
+// widens it once, at the step's first call, and frees the wide copy as soon
+// as the kernel has packed its own; eager execution widens it once per
+// executor (a plan takes only constant ones). True when input `index` of
+// `node` is such a weight.
+bool is_stored_weight(const Node& node, size_t index);
+
 
 }  // namespace kiln

@@ -20,4 +20,10 @@ static_assert(std::size(kRefKernels) == kOpCount && std::size(kCpuKernels) == kO
 KernelFn ref_kernel(OpKind op) { return kRefKernels[static_cast<int>(op)]; }
 KernelFn cpu_kernel(OpKind op) { return kCpuKernels[static_cast<int>(op)]; }
 
+bool is_stored_weight(const Node& node, size_t index) {
+  const Value* v = node.input(index);
+  return index == 1 && (node.op == OpKind::kLinear || node.op == OpKind::kFusedConv) && v &&
+         (v->dtype == DType::kF16 || v->dtype == DType::kBF16);
+}
+
 }  // namespace kiln

@@ -37,10 +37,15 @@ struct HeadSplit {
 bool plain_projection(const Node* n) {
   if (!n || (n->op != OpKind::kLinear && n->op != OpKind::kMatMul) || n->inputs.size() < 2) return false;
   const Value* w = n->inputs[1];
-  if (!w->constant || w->constant->dtype() != DType::kF32 || w->constant->rank() != 2) return false;
-  return n->op == OpKind::kMatMul ||
-         (n->inputs.size() == 3 && n->inputs[2]->constant && n->attrs.get_string("activation", "none") == "none");
+  if (!w->constant || w->constant->rank() != 2) return false;
+  if (n->op == OpKind::kMatMul) return w->dtype == DType::kF32;
+  // A Linear's weight may be stored in half precision (kernel.h); its bias, if any, is f32.
+  const Value* bias = n->input(2);
+  return n->inputs.size() <= 3 && (!bias || bias->constant) && n->attrs.get_string("activation", "none") == "none";
 }
+
+bool has_bias(const Node& n) { return n.input(2) != nullptr; }
+bool weight_transposed(const Node& n) { return n.attrs.get_int("transB", 0) != 0; }
 
 std::optional<HeadSplit> head_split(const Node& attention, size_t operand) {
   Value* heads = attention.inputs[operand];
@@ -62,23 +67,28 @@ std::optional<HeadSplit> head_split(const Node& attention, size_t operand) {
 
 // Whether b can share a's GEMM: the same input, op, precision and head split.
 bool mergeable(const HeadSplit& a, const HeadSplit& b) {
-  return a.projection->inputs[0] == b.projection->inputs[0] && a.projection->op == b.projection->op &&
-         computes_in_bf16(*a.projection) == computes_in_bf16(*b.projection) && a.heads == b.heads;
+  const Node &pa = *a.projection, &pb = *b.projection;
+  return pa.inputs[0] == pb.inputs[0] && pa.op == pb.op && computes_in_bf16(pa) == computes_in_bf16(pb) &&
+         a.heads == b.heads && pa.inputs[1]->dtype == pb.inputs[1]->dtype &&
+         weight_transposed(pa) == weight_transposed(pb) && has_bias(pa) == has_bias(pb);
 }
 
-// The constants of input `i` of every projection, concatenated along their
-// last axis (weights [K, N] -> [K, g N], biases [N] -> [g N]).
+// The constants of input `i` of every projection, concatenated along N:
+// weights [K, N] -> [K, g N] (transB: [N, K] -> [g N, K]), biases [N] -> [g N].
 Result<Tensor> side_by_side(const std::vector<HeadSplit>& group, size_t i) {
   const Tensor& first = *group[0].projection->inputs[i]->constant;
-  const int64_t cols = first.shape().back(), rows = first.numel() / cols, g = int64_t(group.size());
+  const bool by_rows = i == 1 && weight_transposed(*group[0].projection);  // N is the first axis
+  const int64_t g = int64_t(group.size());
+  const int64_t cols = by_rows ? first.numel() : first.shape().back(), rows = first.numel() / cols;
   Shape shape = first.shape();
-  shape.back() = cols * g;
-  KILN_ASSIGN_OR_RETURN(Tensor merged, Tensor::empty(DType::kF32, shape));
+  (by_rows ? shape.front() : shape.back()) *= g;
+  const size_t row_bytes = size_t(cols) * dtype_size(first.dtype());
+  KILN_ASSIGN_OR_RETURN(Tensor merged, Tensor::empty(first.dtype(), shape));
   for (int64_t m = 0; m < g; ++m) {
     const Tensor& part = *group[size_t(m)].projection->inputs[i]->constant;
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(merged.data<float>() + (r * g + m) * cols, part.data<float>() + r * cols,
-                  size_t(cols) * sizeof(float));
+      std::memcpy(static_cast<std::byte*>(merged.raw()) + size_t(r * g + m) * row_bytes,
+                  static_cast<const std::byte*>(part.raw()) + size_t(r) * row_bytes, row_bytes);
     // Read once: a mapped weight's pages need not stay resident beside the copy.
     MappedFile::drop_resident_pages(part.view().data, part.nbytes());
   }
@@ -100,6 +110,10 @@ Status merge(Graph& graph, Node& attention, const std::vector<HeadSplit>& group)
   for (const HeadSplit& s : group) name += "qkv"[s.operand];  // "..._qkv", "..._kv"
   std::vector<Value*> inputs = {first.inputs[0]};
   for (size_t i = 1; i < first.inputs.size(); ++i) {  // the weight, and a Linear's bias
+    if (!first.inputs[i]) {
+      inputs.push_back(nullptr);
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Tensor merged, side_by_side(group, i));
     inputs.push_back(graph.add_constant(graph.unique_name(name + (i == 1 ? "_weight" : "_bias")), std::move(merged)));
   }

@@ -5,6 +5,7 @@
 
 #include "ir/shape_inference.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/widen.h"
 
 namespace kiln {
 
@@ -110,8 +111,21 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
   kc.cpu = kernels_ == KernelSet::kCpu ? cpu_.get() : nullptr;
   AllocatorWorkspace workspace(*allocator_);
   kc.workspace = &workspace;
-  for (size_t i = 0; i < node.inputs.size(); ++i)
-    kc.inputs.push_back(node.inputs[i] ? &slots[node.inputs[i]->id].view() : nullptr);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!is_stored_weight(node, i)) {
+      kc.inputs.push_back(node.inputs[i] ? &slots[node.inputs[i]->id].view() : nullptr);
+      continue;
+    }
+    // Widened once for a constant; on every run for anything else.
+    const Value* v = node.inputs[i];
+    auto it = widened_.find(v->id);
+    if (it == widened_.end() || !v->constant) {
+      auto wide = widened_to_f32(slots[v->id].view());
+      if (!wide.ok()) return wide.status().with_context(node_label(node));
+      it = widened_.insert_or_assign(v->id, std::move(*wide)).first;
+    }
+    kc.inputs.push_back(&it->second.view());
+  }
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     if (!node.outputs[i]) {
       kc.outputs.push_back(nullptr);

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -60,6 +61,7 @@ class EagerExecutor {
   bool op_timing_ = false;
   std::vector<OpTime> op_times_ = std::vector<OpTime>(kOpCount);
   std::vector<std::vector<size_t>> free_after_; // per node: value ids whose last use it is
+  std::unordered_map<size_t, Tensor> widened_;  // stored weights (kernel.h) as f32, by value id
 };
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include "core/huge_pages.h"
 #include "core/mapped_file.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/widen.h"
 #include "memory/memory_plan.h"
 #include "runtime/profile.h"
 
@@ -86,6 +87,18 @@ struct Plan::Step {
   std::unique_ptr<KernelState> state;
   int64_t node_index = 0;
   size_t scratch_offset = 0, scratch_bytes = 0;
+  // Stored weights (kernel.h) widened to f32: (input index, the f32 copy
+  // the kernel reads on every run; or, once it has packed its own, an f32
+  // tensor without data, which its replays never read).
+  std::vector<std::pair<size_t, std::unique_ptr<Tensor>>> widened;
+
+  // Whether the step keeps its own copy of input i, never reading the input again.
+  bool owns_copy_of(size_t i) const {
+    if (state && state->copies_input(i)) return true;
+    for (const auto& w : widened)
+      if (w.first == i) return true;
+    return false;
+  }
 };
 
 Plan::Plan() : workspace_(std::make_unique<ArenaWorkspace>()) {}
@@ -231,8 +244,11 @@ Status Plan::build(const PlanOptions& options) {
   KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
   KILN_RETURN_IF_ERROR(prepare_kernels(scratch_bytes, options.keep_constants));
   KILN_RETURN_IF_ERROR(plan_arena(scratch_bytes));
-  for (const Step& step : steps_)
+  for (const Step& step : steps_) {
     if (step.state) stats_.packed_weight_bytes += step.state->owned_bytes();
+    for (const auto& w : step.widened)
+      if (w.second->raw()) stats_.packed_weight_bytes += w.second->nbytes();
+  }
   return ok_status();
 }
 
@@ -245,7 +261,7 @@ void Plan::release_if_copied(Value& constant, const std::unordered_map<const Nod
     const auto it = step_of.find(user);  // none for a view op: it aliases the constant
     const Step* step = it == step_of.end() ? nullptr : it->second;
     for (size_t i = 0; i < user->inputs.size(); ++i)
-      if (user->inputs[i] == &constant && !(step && step->state && step->state->copies_input(i))) return;
+      if (user->inputs[i] == &constant && !(step && step->owns_copy_of(i))) return;
   }
   MappedFile::drop_resident_pages(constant.constant->view().data, constant.constant->nbytes());
   constant.constant.reset();
@@ -349,9 +365,31 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_const
   Status status;
   for (size_t s = 0; s < steps_.size() && status.ok(); ++s) {
     Step& step = steps_[s];
+    const Node& node = *step.ctx.node;
+    // Stored weights: the kernel's first call reads them widened; the wide
+    // copy lives on only where the kernel packed none of its own.
+    std::vector<std::pair<size_t, std::unique_ptr<Tensor>>>& wide = step.widened;
+    for (size_t i = 0; i < node.inputs.size() && status.ok(); ++i) {
+      if (!is_stored_weight(node, i)) continue;
+      if (!node.inputs[i]->constant) {
+        status = unsupported("{}: its weight '{}' is {}, which a plan widens only for a constant", node_label(node),
+                             node.inputs[i]->name, dtype_name(node.inputs[i]->dtype));
+        break;
+      }
+      auto t = widened_to_f32(*step.ctx.inputs[i]);
+      if (!t.ok()) {
+        status = t.status().with_context(node_label(node));
+        break;
+      }
+      wide.emplace_back(i, std::make_unique<Tensor>(std::move(*t)));
+      step.ctx.inputs[i] = &wide.back().second->view();
+    }
+    if (!status.ok()) break;
     step.ctx.workspace = &measuring;
     status = step.fn(step.ctx);
     step.ctx.workspace = workspace_.get();
+    for (auto& [i, t] : wide)
+      if (step.state && step.state->copies_input(i)) *t = Tensor(DType::kF32, t->shape(), nullptr, nullptr);
     scratch_bytes[s] = measuring.reset();
     // Constants whose last reader this step is, all of whose readers packed
     // them: not needed beside the packed copies.

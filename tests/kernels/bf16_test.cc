@@ -65,6 +65,8 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
        {x({2, 64, 96}), x({96, 80}), f32({80}), f32({2, 64, 80})}},
       {"Linear swish (QuickGELU)", OpKind::kLinear, a({{"activation", std::string("swish")}, {"alpha", 1.702f}}),
        {x({9, 33}), x({33, 20}), f32({20})}},
+      {"Linear transB (PyTorch's layout), no bias", OpKind::kLinear, a({{"transB", int64_t(1)}}),
+       {x({2, 40, 96}), x({80, 96})}},
       // On kiln's bf16 GEMM: rows past a 96-row block and not a whole tile,
       // an odd K past one 2304-deep slice, columns past a panel.
       {"Linear past a block and a slice", OpKind::kLinear, a({}), {x({2, 101, 2501}), x({2501, 45}), f32({45})}},

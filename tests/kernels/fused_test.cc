@@ -161,6 +161,24 @@ TEST(Fused, Linear) {
                  {f32({3, 17, 64}), f32({64, 48}), f32({48}), absent(), f32({48})}});
   check_op_both({"gate per batch entry, threaded, prefetched", OpKind::kLinear, attrs({{"activation", std::string("none")}}),
                  {f32({2, 150, 300}), f32({300, 1000}), f32({1000}), f32({2, 150, 1000}), f32({2, 1, 1000})}, 1, 1e-4});
+  // The weight as checkpoints hold it: [N, K] (transB), without a bias, and
+  // stored in f16 or bf16 (widened by the executors, kernel.h).
+  const Attributes trans_b = attrs({{"transB", int64_t(1)}});
+  check_op_both({"transB, no bias", OpKind::kLinear, trans_b, {f32({2, 9, 33}), f32({20, 33})}});
+  check_op_both({"transB, large, threaded", OpKind::kLinear, trans_b,
+                 {f32({2, 128, 256}), f32({192, 256}), f32({192})}, 1, 1e-4});
+  check_op_both({"transB, weight stored f16", OpKind::kLinear, trans_b,
+                 {f32({3, 40}), typed(DType::kF16, {24, 40}), f32({24})}});
+  check_op_both({"weight stored bf16, residual", OpKind::kLinear, attrs({{"activation", std::string("gelu")}}),
+                 {f32({3, 40}), typed(DType::kBF16, {40, 24}), f32({24}), f32({3, 24})}});
+}
+
+TEST(Fused, ConvWithStoredWeight) {
+  const Attributes conv3 = attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  check_op_both({"3x3 weight stored f16", OpKind::kFusedConv, conv3,
+                 {f32({1, 8, 9, 9}), typed(DType::kF16, {16, 8, 3, 3}), f32({16})}});
+  check_op_both({"1x1 weight stored bf16, no bias", OpKind::kFusedConv, attrs({{"kernel_shape", std::vector<int64_t>{1, 1}}}),
+                 {f32({2, 6, 5, 5}), typed(DType::kBF16, {7, 6, 1, 1})}});
 }
 
 }  // namespace

@@ -324,8 +324,20 @@ namespace {
 
 // Conv: X [N, C, in...], W [M, C/group, k...]  -> [N, M, out...]
 // ConvTranspose: X [N, C, in...], W [C, M/group, k...] -> [N, M, out...]
-Status infer_conv(InferContext& ctx, bool transpose) {
-  KILN_RETURN_IF_ERROR(check_same_dtype(ctx, kFloatTypes));
+// Inputs f32 but for a weight (input 1) stored in f16 or bf16, which
+// executors widen before a kernel reads it (kernels/kernel.h).
+Status check_f32_with_stored_weight(const InferContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i))
+      KILN_RETURN_IF_ERROR(i == 1 ? require_dtype(ctx, i, {DType::kF32, DType::kF16, DType::kBF16})
+                                  : require_dtype(ctx, i, {DType::kF32}));
+  return ok_status();
+}
+
+// Conv and ConvTranspose (inputs of one dtype) and kiln.Conv (stored_weight:
+// check_f32_with_stored_weight).
+Status infer_conv(InferContext& ctx, bool transpose, bool stored_weight = false) {
+  KILN_RETURN_IF_ERROR(stored_weight ? check_f32_with_stored_weight(ctx) : check_same_dtype(ctx, kFloatTypes));
   const DType dtype = ctx.input(0).dtype;
   const auto& xs = ctx.input(0).shape;
   const auto& ws = ctx.input(1).shape;
@@ -448,12 +460,16 @@ Status check_gate(InferContext& ctx) {
 
 }  // namespace
 
-// kiln.Linear: A [..., K], W [K, N], bias [N], residual shaped like Y [..., N],
-// gate (see check_gate).
+// kiln.Linear: A [..., K], W [K, N] (transB: [N, K]), optional bias [N],
+// residual shaped like Y [..., N], gate (see check_gate).
 Status infer_Linear(InferContext& ctx) {
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
-  const auto &a = ctx.input(0).shape, &w = ctx.input(1).shape, &bias = ctx.input(2).shape;
+  KILN_RETURN_IF_ERROR(check_f32_with_stored_weight(ctx));
+  const int64_t trans_b = ctx.attrs().get_int("transB", 0);
+  if (trans_b != 0 && trans_b != 1) return ctx.error("transB must be 0 or 1, got {}", trans_b);
+  const std::optional<SymShape> bias = ctx.has_input(2) ? ctx.input(2).shape : std::nullopt;
+  std::optional<SymShape> w = ctx.input(1).shape;
+  if (w && w->size() == 2 && trans_b) std::swap((*w)[0], (*w)[1]);  // as [K, N]
+  const auto& a = ctx.input(0).shape;
   if (!a || !w) {
     set_output(ctx, 0, DType::kF32, std::nullopt);
     return check_epilogue(ctx);
@@ -471,9 +487,7 @@ Status infer_Linear(InferContext& ctx) {
 
 // kiln.Conv: Conv's inputs and attributes, then the epilogue.
 Status infer_FusedConv(InferContext& ctx) {
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
-  KILN_RETURN_IF_ERROR(infer_conv(ctx, false));
+  KILN_RETURN_IF_ERROR(infer_conv(ctx, false, /*stored_weight=*/true));
   return check_epilogue(ctx);
 }
 

@@ -127,7 +127,7 @@ Status apply_gate(KernelContext& ctx) {
   if (!ctx.input(4)) return ok_status();
   float* y = ctx.output(0)->as<float>();
   const float* residual = ctx.input(3) ? ctx.input(3)->as<float>() : nullptr;
-  const int64_t n = ctx.input(1)->shape[1], rows = n ? ctx.output(0)->numel() / n : 0;
+  const int64_t n = ctx.output(0)->shape.back(), rows = n ? ctx.output(0)->numel() / n : 0;
   gemm::Epilogue e;
   set_gate(ctx, rows, n, e);
   parallel_for(rows, rows * n > kParallelWork, [&](int64_t i) {
@@ -561,11 +561,14 @@ Status cpu_Linear(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_f32(ctx));
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
   TensorView& y = *ctx.output(0);
-  const int64_t k = w.shape[0], n = w.shape[1];
+  // W [K, N], or [N, K] (transB): the GEMM's packing reads either by strides.
+  const bool trans_b = ctx.attrs().get_int("transB", 0) != 0;
+  const int64_t k = w.shape[trans_b ? 1 : 0], n = w.shape[trans_b ? 0 : 1];
+  const int64_t row_stride = trans_b ? 1 : n, col_stride = trans_b ? k : 1;
   if (y.numel() == 0) return ok_status();
   if (k == 0) return ctx.unsupported_error("an empty inner dimension");
   if (computes_in_bf16(*ctx.node) && bf16_gemm() == Bf16Gemm::kKiln)
-    return multiply_bf16(ctx, a.numel() / k, n, k, n, 1, fused_epilogue(ctx, false));
+    return multiply_bf16(ctx, a.numel() / k, n, k, row_stride, col_stride, fused_epilogue(ctx, false));
   if (computes_in_bf16(*ctx.node) && bf16_gemm() == Bf16Gemm::kOnednn) {  // the epilogue as post-ops, a gate after
     const bool gated = ctx.input(4) != nullptr;
     KILN_RETURN_IF_ERROR(guard_dnnl(ctx, [&] {
@@ -573,12 +576,13 @@ Status cpu_Linear(KernelContext& ctx) {
       const memory::desc yd = plain_desc({m, n});
       Args args;
       if (!gated) add_residual_arg(ctx, yd, args);
-      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, {n, 1}, {m, n}, ctx.input(2), epilogue_attr(ctx, yd, !gated),
-                             std::move(args));
+      return run_matmul_bf16(ctx, {m, k}, {k, 1}, {k, n}, {row_stride, col_stride}, {m, n}, ctx.input(2),
+                             epilogue_attr(ctx, yd, !gated), std::move(args));
     }));
     return apply_gate(ctx);
   }
-  KILN_ASSIGN_OR_RETURN(const float* packed, packed_product_operand(ctx, 1, w.as<float>(), n, 1, k, n));
+  KILN_ASSIGN_OR_RETURN(const float* packed,
+                        packed_product_operand(ctx, 1, w.as<float>(), row_stride, col_stride, k, n));
   KILN_ASSIGN_OR_RETURN(const float* pa, product_input(ctx, 0));
   const int64_t m = a.numel() / k;
   gemm::Epilogue e = fused_epilogue(ctx, false);

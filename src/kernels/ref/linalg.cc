@@ -244,12 +244,15 @@ Status ref_Linear(KernelContext& ctx) {
   const TensorView &a = *ctx.input(0), &w = *ctx.input(1);
   const TensorView* bias = ctx.input(2);
   TensorView& y = *ctx.output(0);
-  if (a.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(a.dtype));
-  const int64_t k = w.shape[0], n = w.shape[1], rows = n ? y.numel() / n : 0;
+  for (const TensorView* in : ctx.inputs)
+    if (in && in->dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(in->dtype));
+  const bool trans_b = ctx.attrs().get_int("transB", 0) != 0;  // W [N, K]
+  const int64_t k = w.shape[trans_b ? 1 : 0], n = w.shape[trans_b ? 0 : 1], rows = n ? y.numel() / n : 0;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double v = bias ? bias->as<float>()[j] : 0.0;
-      for (int64_t p = 0; p < k; ++p) v += double(a.as<float>()[i * k + p]) * w.as<float>()[p * n + j];
+      for (int64_t p = 0; p < k; ++p)
+        v += double(a.as<float>()[i * k + p]) * w.as<float>()[trans_b ? j * k + p : p * n + j];
       y.as<float>()[i * n + j] = float(v);
     }
   apply_epilogue(ctx);
@@ -257,7 +260,8 @@ Status ref_Linear(KernelContext& ctx) {
 }
 
 Status ref_FusedConv(KernelContext& ctx) {
-  if (ctx.input(0)->dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(ctx.input(0)->dtype));
+  for (const TensorView* in : ctx.inputs)
+    if (in && in->dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(in->dtype));
   KILN_RETURN_IF_ERROR(conv_ref<float>(ctx, false));
   apply_epilogue(ctx);
   return ok_status();
