@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -83,6 +84,14 @@ Result<Tensor> Tensor::empty(DType dtype, Shape shape) {
 Tensor Tensor::reshaped(Shape shape) const {
   Tensor t = *this;
   t.view_.shape = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  Tensor t = *this;
+  const int64_t row = rank() ? numel() / std::max<int64_t>(shape()[0], 1) : 1;
+  t.view_.shape[0] = count;
+  t.view_.data = static_cast<char*>(view_.data) + size_t(begin * row) * dtype_size(dtype());
   return t;
 }
 

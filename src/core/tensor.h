@@ -75,6 +75,8 @@ class Tensor {
 
   // Same memory, new shape (same element count).
   Tensor reshaped(Shape shape) const;
+  // Rows [begin, begin + count) of the first axis: a view of the same memory.
+  Tensor rows(int64_t begin, int64_t count) const;
   // Element i converted to double / int64 (for shape-carrying tensors).
   double element_as_double(int64_t i) const;
   int64_t element_as_int(int64_t i) const;

@@ -10,6 +10,9 @@
 //                     [start, start + length) before the perm (operands that
 //                     share one projection, fuse_qkv)
 //   out_perm          y = Transpose([batch..., Sq, Dv], out_perm)
+//   upcast            1: the model needs its scores in f32 (SD 2.1's overflow
+//                     in half precision): bf16 only where a precision
+//                     policy names the node itself (passes/assign_precision)
 #pragma once
 
 #include <array>
@@ -25,5 +28,6 @@ inline constexpr std::array<Operand, 3> kOperands = {
     {{"Q", "q_perm", "q_slice"}, {"K", "k_perm", "k_slice"}, {"V", "v_perm", "v_slice"}}};
 inline constexpr const char* kOutPerm = "out_perm";
 inline constexpr const char* kScale = "scale";
+inline constexpr const char* kUpcast = "upcast";
 
 }  // namespace kiln::attention_attrs

@@ -19,7 +19,10 @@ GraphBuilder::Scope GraphBuilder::scope(std::string_view name) {
   return Scope(*this);
 }
 
-std::string GraphBuilder::module_path() const { return fmt::format("{}", fmt::join(scopes_, ".")); }
+std::string GraphBuilder::module_path(size_t from) const {
+  return from >= scopes_.size() ? std::string()
+                                : fmt::format("{}", fmt::join(scopes_.begin() + std::ptrdiff_t(from), scopes_.end(), "."));
+}
 
 std::string GraphBuilder::node_name(std::string_view name) {
   std::string path;

@@ -50,9 +50,10 @@ class GraphBuilder {
     GraphBuilder& b_;
   };
   Scope scope(std::string_view name);
-  // The scopes joined by dots ("down_blocks.0.resnets.1"): a module's
-  // checkpoint name.
-  std::string module_path() const;
+  // The scopes from the `from`-th on joined by dots ("down_blocks.0.resnets.1"):
+  // a module's checkpoint name.
+  std::string module_path(size_t from = 0) const;
+  size_t scope_depth() const { return scopes_.size(); }
 
   Value* input(std::string name, DType dtype, SymShape shape);
   // Makes `v` graph output `name` (an Identity when v is an input, a

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
+#include "ir/attention_attrs.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -107,6 +108,8 @@ Status assign_precision(Graph& graph, const PrecisionPolicy& policy, PassStats* 
         matched = name.size();
         node_seen[name] = true;
       }
+    // A model's own request for f32 (ir/attention_attrs.h) yields only to a node entry.
+    if (!matched && node->attrs.get_int(attention_attrs::kUpcast, 0)) dtype = DType::kF32;
     if (dtype != DType::kBF16 || !has_bf16_kernel(node->op)) continue;
     node->attrs.set(std::string(kComputeDtypeAttr), std::string("bf16"));
     if (stats) stats->add("assign_precision");

@@ -16,7 +16,7 @@
 #include <queue>
 
 #include "core/mapped_file.h"
-#include "pipeline/json_file.h"
+#include "core/json_file.h"
 
 namespace kiln {
 

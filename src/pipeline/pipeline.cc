@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "onnx/onnx_import.h"
 #include "pipeline/denoise_loop.h"
-#include "pipeline/json_file.h"
+#include "core/json_file.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <cctype>
 #include <filesystem>
 
-#include "pipeline/json_file.h"
+#include "core/json_file.h"
 
 namespace kiln {
 

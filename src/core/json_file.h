@@ -1,6 +1,6 @@
-// Size-capped reading of the small JSON and text files in a pipeline folder
-// (tokenizer tables, configs): a hostile file is refused before it can cost
-// more memory than a real one would.
+// Size-capped reading of the small JSON and text files in model folders
+// (tokenizer tables, configs, shard indexes): a hostile file is refused
+// before it can cost more memory than a real one would.
 //
 //   KILN_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(dir + "/unet/config.json", 1 << 20, true));
 #pragma once

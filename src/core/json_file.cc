@@ -1,4 +1,4 @@
-#include "pipeline/json_file.h"
+#include "core/json_file.h"
 
 #include <string_view>
 

@@ -1,0 +1,92 @@
+#include "models/clip_text.h"
+
+#include <limits>
+
+#include "models/net_builder.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kMaxLayers = 128, kMaxPositions = 4096;
+
+Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t rank) {
+  std::optional<Shape> s = w.shape_of(name);
+  if (!s) return not_found("{}: the weight '{}' is missing (is this a CLIP text encoder?)", w.label(), name);
+  if (s->size() != rank)
+    return invalid_argument("{}: '{}' has shape {}, expected rank {}", w.label(), w.origin(name), shape_to_string(*s),
+                            rank);
+  return *s;
+}
+
+// A pre-LN block: causal self-attention, then the MLP, each residual.
+Value* encoder_layer(NetBuilder& n, const ClipTextConfig& c, Value* x, Value* causal_mask, std::string_view module) {
+  GraphBuilder::Scope scope = n.b.scope(module);
+  Value* h = n.layer_norm(x, "layer_norm1", c.eps);
+  {
+    GraphBuilder::Scope attention = n.b.scope("self_attn");
+    Value* a = n.attention(n.linear(h, "q_proj"), n.linear(h, "k_proj"), n.linear(h, "v_proj"), c.heads,
+                           c.width / c.heads, causal_mask);
+    x = n.linear(a, "out_proj", "none", 1.0f, x);
+  }
+  h = n.layer_norm(x, "layer_norm2", c.eps);
+  // QuickGELU is x sigmoid(1.702 x): kiln.Linear's swish with that alpha.
+  const bool quick = c.activation == "quick_gelu";
+  h = n.linear(h, "mlp.fc1", quick ? "swish" : "gelu", quick ? 1.702f : 1.0f);
+  return n.linear(h, "mlp.fc2", "none", 1.0f, x);
+}
+
+}  // namespace
+
+Result<ClipTextConfig> clip_text_config_from_weights(const WeightSet& w) {
+  ClipTextConfig c;
+  KILN_ASSIGN_OR_RETURN(Shape tokens, weight_shape(w, "text_model.embeddings.token_embedding.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape positions, weight_shape(w, "text_model.embeddings.position_embedding.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape fc1, weight_shape(w, "text_model.encoder.layers.0.mlp.fc1.weight", 2));
+  c.vocab_size = tokens[0];
+  c.width = tokens[1];
+  c.max_positions = positions[0];
+  c.intermediate = fc1[0];
+  c.layers = w.indexed_count("text_model.encoder.layers.");
+  if (positions[1] != c.width || fc1[1] != c.width)
+    return invalid_argument("{}: the token embedding is {} wide, the position embedding {} and the MLP's input {}",
+                            w.label(), c.width, positions[1], fc1[1]);
+  if (c.layers < 1 || c.layers > kMaxLayers || c.max_positions < 2 || c.max_positions > kMaxPositions)
+    return invalid_argument("{}: {} layers and {} positions are not a CLIP text encoder's", w.label(), c.layers,
+                            c.max_positions);
+  c.heads = std::max<int64_t>(1, c.width / 64);
+  return c;
+}
+
+Result<Graph> clip_text_graph(const ClipTextConfig& c, const WeightSet& weights) {
+  if (c.heads < 1 || c.width % c.heads)
+    return invalid_argument("{}: a width of {} does not split into {} heads", weights.label(), c.width, c.heads);
+  if (c.activation != "quick_gelu" && c.activation != "gelu")
+    return unsupported("{}: activation '{}' (kiln runs quick_gelu and gelu)", weights.label(), c.activation);
+  GraphBuilder b("text_encoder");
+  NetBuilder n(b, weights);
+  const int64_t s = c.max_positions;
+  Value* ids = b.input("input_ids", DType::kI64, {Dim::named("batch"), s});
+  // Position i attends to positions 0..i.
+  std::vector<float> causal(size_t(s * s), 0.0f);
+  for (int64_t i = 0; i < s; ++i)
+    for (int64_t j = i + 1; j < s; ++j) causal[size_t(i * s + j)] = std::numeric_limits<float>::lowest();
+  Value* mask = b.floats("causal_mask", {s, s}, causal);
+  Value* x = nullptr;
+  {
+    GraphBuilder::Scope text = b.scope("text_model");
+    {
+      GraphBuilder::Scope embeddings = b.scope("embeddings");
+      // The table stays as stored: only the rows looked up are widened.
+      x = b.op(OpKind::kGather, {n.stored("token_embedding.weight"), ids}, {{"axis", int64_t(0)}});
+      if (b.ok() && x->dtype != DType::kF32) x = b.op(OpKind::kCast, {x}, {{"to", int64_t(1)}});
+      x = n.add(x, n.param("position_embedding.weight"));
+    }
+    for (int64_t i = 0; i < c.layers; ++i) x = encoder_layer(n, c, x, mask, fmt::format("encoder.layers.{}", i));
+    x = n.layer_norm(x, "final_layer_norm", c.eps);
+  }
+  b.output(x, "hidden_states");
+  return std::move(b).finish();
+}
+
+}  // namespace kiln

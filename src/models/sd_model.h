@@ -1,0 +1,56 @@
+// Stable Diffusion 1.x and 2.x checkpoints as users hold them: a single
+// "original LDM" .safetensors file or a diffusers folder, opened into each
+// network's weights (canonical names, mapped from the files) and
+// configuration (from the weights' shapes, and a folder's config.json for
+// what no shape holds).
+//
+//   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const SdModel> m, sd_model_open("v1-5-pruned-emaonly.safetensors", {}));
+//   KILN_ASSIGN_OR_RETURN(Graph unet, sd_unet_graph(m->unet_config, m->unet));
+//
+// The family comes from the weights: SD 2.x has a linear proj_in (and, in
+// a single file, OpenCLIP's text tower), SD 1.x a 1x1 convolution (and
+// CLIP ViT-L in Hugging Face's layout). What a single file cannot say is
+// the family's: SD 1.x 8 attention heads, SD 2.x heads of 64 channels and
+// the penultimate text layer. SDXL, inpainting and instruct-pix2pix
+// checkpoints are recognised and refused.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/checkpoint.h"
+#include "models/clip_text.h"
+#include "models/sd_unet.h"
+#include "models/sd_vae.h"
+
+namespace kiln {
+
+enum class SdFamily { kSd1, kSd2 };
+const char* sd_family_name(SdFamily family);  // "SD 1.x", "SD 2.x"
+
+struct SdModelOptions {
+  std::string variant;  // a diffusers folder's weights variant ("fp16"); empty: the plain files
+};
+
+struct SdModel {
+  std::string path;
+  CheckpointFormat format = CheckpointFormat::kSingleFile;
+  SdFamily family = SdFamily::kSd1;
+  std::string variant;  // the variant a folder's weights were read from
+  WeightSet unet{"unet"}, vae{"vae"}, text_encoder{"text_encoder"};
+  SdUnetConfig unet_config;
+  VaeConfig vae_config;
+  ClipTextConfig text_config;
+  bool has_vae = false, has_text_encoder = false;
+  // A folder's tokenizer/ and scheduler/scheduler_config.json; empty for a
+  // single file, which holds neither.
+  std::string tokenizer_dir, scheduler_config_path;
+  std::vector<std::string> files;           // the weight files read
+  std::vector<std::string> ignored_keys;    // keys that are no weights: EMA copies, schedule buffers, position ids
+  std::vector<std::string> unclaimed_keys;  // keys no network here reads
+};
+
+Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const SdModelOptions& options);
+
+}  // namespace kiln

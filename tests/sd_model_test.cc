@@ -1,0 +1,114 @@
+// Stable Diffusion checkpoints built natively (models/): every tiny
+// checkpoint of tests/models/sd-checkpoints (written with its PyTorch
+// references by tools/make_tiny_checkpoints.py), each network's output
+// against PyTorch's within 1e-4 x max |reference|, eagerly and as a
+// compiled plan; the family and configuration read from each form.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "models/sd_model.h"
+#include "npy/npy.h"
+#include "runtime/eager_executor.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kCheckpoints = fs::path(KILN_SOURCE_DIR) / "tests" / "models" / "sd-checkpoints";
+
+struct CheckpointCase {
+  const char* name;     // test name
+  const char* path;     // under kCheckpoints
+  const char* family;   // reference/<family>
+  const char* variant;  // --variant
+};
+const CheckpointCase kCases[] = {
+    {"sd1_single_file", "sd1.safetensors", "sd1", ""},
+    {"sd1_diffusers_fp16", "sd1-diffusers", "sd1", ""},
+    {"sd1_diffusers_sharded", "sd1-diffusers-sharded", "sd1", ""},
+    {"sd1_diffusers_sharded_fp16", "sd1-diffusers-sharded", "sd1", "fp16"},
+    {"sd2_single_file", "sd2.safetensors", "sd2", ""},
+    {"sd2_diffusers", "sd2-diffusers", "sd2", ""},
+};
+
+std::shared_ptr<SdModel> open(const CheckpointCase& c) {
+  auto m = sd_model_open((kCheckpoints / c.path).string(), {.variant = c.variant});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? *m : nullptr;
+}
+
+// max |err| <= 1e-4 * max |reference|.
+void expect_close(const std::string& what, const TensorView& got, const Tensor& expected) {
+  ASSERT_EQ(got.shape, expected.shape()) << what;
+  double max_ref = 0, max_err = 0;
+  for (int64_t k = 0; k < got.numel(); ++k) {
+    const double e = expected.data<float>()[k], g = got.as<float>()[k];
+    max_ref = std::max(max_ref, std::abs(e));
+    max_err = std::max(max_err, std::isnan(g) ? INFINITY : std::abs(e - g));
+  }
+  EXPECT_LE(max_err, 1e-4 * max_ref) << what << ": max |err| " << max_err << ", max |ref| " << max_ref;
+  fmt::print("  {}: max |err| / max |ref| = {:.2e}\n", what, max_err / max_ref);
+}
+
+// Runs `graph` eagerly and as a plan on reference/<family>/<network>'s
+// inputs and compares with its outputs.
+void expect_matches_pytorch(const CheckpointCase& c, const std::string& network, Result<Graph> built) {
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  const fs::path dir = kCheckpoints / "reference" / c.family / network;
+  NamedTensors inputs;
+  std::vector<std::pair<std::string, Shape>> signature;
+  for (const Value* v : built->inputs()) {
+    auto t = npy_read((dir / "inputs" / (v->name + ".npy")).string());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    signature.emplace_back(v->name, t->shape());
+    inputs.emplace_back(v->name, std::move(*t));
+  }
+  const std::string output = built->outputs()[0]->name;
+  auto expected = npy_read((dir / "outputs" / (output + ".npy")).string());
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+  {
+    EagerExecutor exec(*built);
+    auto out = exec.run(inputs);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    expect_close(fmt::format("{} {} eager", c.name, network), (*out)[0].view(), *expected);
+  }
+  auto dims = input_dims(*built, signature);
+  ASSERT_TRUE(dims.ok()) << dims.status().message();
+  auto plan = Plan::compile(std::move(*built), {.dims = *dims});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const auto& [name, t] : inputs) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
+  ASSERT_TRUE((*plan)->run().ok());
+  expect_close(fmt::format("{} {} graph", c.name, network), (*plan)->output(0), *expected);
+}
+
+class SdCheckpoint : public ::testing::TestWithParam<CheckpointCase> {};
+
+TEST_P(SdCheckpoint, TextEncoderMatchesPyTorch) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  expect_matches_pytorch(GetParam(), "text_encoder", clip_text_graph(m->text_config, m->text_encoder));
+}
+
+TEST_P(SdCheckpoint, UnetMatchesPyTorch) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  expect_matches_pytorch(GetParam(), "unet", sd_unet_graph(m->unet_config, m->unet));
+}
+
+TEST_P(SdCheckpoint, VaeMatchesPyTorch) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  expect_matches_pytorch(GetParam(), "vae_decoder", vae_decoder_graph(m->vae_config, m->vae));
+  expect_matches_pytorch(GetParam(), "vae_encoder", vae_encoder_graph(m->vae_config, m->vae));
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, SdCheckpoint, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace kiln
