@@ -122,10 +122,12 @@ Result<CheckpointFormat> checkpoint_format(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
     if (!fs::exists(dir / "model_index.json", ec))
-      return not_found("{}: not a model folder (no model_index.json: kiln reads diffusers folders and optimum's ONNX "
-                       "export)",
-                       path);
-    if (fs::exists(dir / "unet" / "model.onnx", ec) || fs::exists(dir / "text_encoder" / "model.onnx", ec))
+      return not_found("{}: no such file, so {} is not a model folder (kiln reads diffusers folders and optimum's "
+                       "ONNX export)",
+                       (dir / "model_index.json").string(), path);
+    // optimum's export names its VAE halves as components (and holds model.onnx files).
+    KILN_ASSIGN_OR_RETURN(nlohmann::json index, read_json_file((dir / "model_index.json").string(), kMaxConfigBytes, false));
+    if (index.contains("vae_decoder") || index.contains("vae_encoder") || fs::exists(dir / "unet" / "model.onnx", ec))
       return CheckpointFormat::kOnnxFolder;
     return CheckpointFormat::kDiffusersFolder;
   }

@@ -107,7 +107,7 @@ Status read_special_token(const nlohmann::json& config, const char* key, const s
 
 }  // namespace
 
-Result<ClipTokenizer> ClipTokenizer::load(const std::string& dir) {
+Result<ClipTokenizer> ClipTokenizer::load(const std::string& dir, const std::string& pad_token) {
   ClipTokenizer tok;
   const std::string vocab_path = dir + "/vocab.json";
   KILN_ASSIGN_OR_RETURN(nlohmann::json vocab, read_json_file(vocab_path, kMaxTableBytes, false));
@@ -185,6 +185,10 @@ Result<ClipTokenizer> ClipTokenizer::load(const std::string& dir) {
     if (!max_length || *max_length < 2)
       return invalid_argument("{}: model_max_length must be an integer in [2, {}]", path, kMaxModelMaxLength);
     tok.max_length_ = *max_length;
+  }
+  if (!pad_token.empty()) {
+    names[3] = pad_token;
+    sources[3] = "the model's padding";
   }
   int32_t* ids[4] = {&tok.bos_id_, &tok.eos_id_, &tok.unk_id_, &tok.pad_id_};
   for (int k = 0; k < 4; ++k) {

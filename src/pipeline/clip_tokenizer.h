@@ -44,7 +44,9 @@ namespace kiln {
 class ClipTokenizer {
  public:
   // Every error names the file (and the line of merges.txt) at fault.
-  static Result<ClipTokenizer> load(const std::string& dir);
+  // `pad_token`, when not empty, overrides the folder's (SD 2.x pads with
+  // "!" whatever tokenizer folder a single file is paired with).
+  static Result<ClipTokenizer> load(const std::string& dir, const std::string& pad_token = "");
 
   // The ids of `utf8`: no BOS/EOS, no truncation, no padding. Reads at most
   // the first kMaxInputBytes bytes (cut back to a character boundary).

@@ -1,27 +1,26 @@
-// A Stable Diffusion 1.x/2.x pipeline folder in the layout Hugging Face
-// optimum's ONNX exporter writes, and text-to-image generation over it:
+// Text to image (and image to image) with a Stable Diffusion 1.x/2.x
+// model: an optimum ONNX folder, a single-file checkpoint or a diffusers
+// folder. A pipeline is its roles, which one small file per family wires
+// (pipeline/sd_family.h):
 //
-//   DIR/model_index.json
-//   DIR/scheduler/scheduler_config.json
-//   DIR/tokenizer/{vocab.json,merges.txt,special_tokens_map.json,tokenizer_config.json}
-//   DIR/text_encoder/model.onnx       input_ids -> last_hidden_state
-//   DIR/unet/model.onnx (+ model.onnx_data)  sample, timestep, encoder_hidden_states -> out_sample
-//   DIR/vae_decoder/model.onnx (+ config.json: scaling_factor, block_out_channels)
-//   DIR/vae_encoder/model.onnx        sample -> latent distribution (image to image only)
+//   conditioner   tokenizer + text encoder: the prompts' context (pipeline/conditioner.h)
+//   denoiser      the UNet the loop calls, or builds into its plan (pipeline/denoiser.h)
+//   latent codec  the VAE: latents to pixels, tiled; an image to latents (pipeline/latent_codec.h)
+//   scheduler     the per-step coefficient tables (pipeline/scheduler.h)
 //
-//   KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load("models/sd15", {.mode = ExecutionMode::kGraph}));
+//   KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load("v1-5-pruned-emaonly.safetensors", {.whole_loop = true}));
 //   KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate({.prompt = "a cat", .steps = 20, .seed = 1}));
 //   // g.pixels: height x width x RGB bytes of the first image
 //
 // Generation, as diffusers' StableDiffusionPipeline does it: the prompt and
 // the negative prompt encoded as one batch [negative, prompt];
 // classifier-free guidance from one batched UNet pass over [x, x] per step;
-// the scheduler's update as per-step coefficient tables (pipeline/scheduler.h);
-// latents / scaling_factor decoded by the VAE (in blended tiles for large
-// images, as diffusers' enable_vae_tiling); image to image as the img2img
-// pipeline: the encoded picture noised to the level of the step `strength`
-// picks. The initial latents and all noise come from kiln's generator
-// (core/rng.h): the same seed gives the same image in every run.
+// the scheduler's update as per-step coefficient tables; latents /
+// scaling_factor decoded by the VAE (in blended tiles for large images);
+// image to image as the img2img pipeline: the encoded picture noised to the
+// level of the step `strength` picks. The initial latents and all noise
+// come from kiln's generator (core/rng.h): the same seed gives the same
+// image in every run.
 #pragma once
 
 #include <algorithm>
@@ -33,7 +32,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "pipeline/clip_tokenizer.h"
+#include "pipeline/conditioner.h"
+#include "pipeline/denoiser.h"
+#include "pipeline/latent_codec.h"
 #include "pipeline/png.h"
 #include "pipeline/scheduler.h"
 #include "runtime/model_runner.h"
@@ -51,6 +52,24 @@ struct PipelineOptions {
   // loop plan (bf16: the products in bf16; the scheduler and latents stay f32).
   PassOptions passes;
   std::function<void(const std::string&)> log;  // decisions worth telling the user
+  // Checkpoints: a diffusers folder's weights variant ("fp16"; empty: the
+  // plain files, or the variant's where they are the only ones); where a
+  // single file's tokenizer is (vocab.json, merges.txt; empty: beside the
+  // file, then $KILN_TOKENIZER_DIR); the prediction type, overriding the
+  // scheduler config's (a single file's default: its family's).
+  std::string variant;
+  std::string tokenizer_dir;
+  std::optional<PredictionType> prediction;
+};
+
+// A pipeline's roles and settings, as a family file wires them.
+struct PipelineParts {
+  std::unique_ptr<Conditioner> conditioner;
+  std::unique_ptr<Denoiser> denoiser;
+  std::unique_ptr<LatentCodec> codec;
+  SchedulerConfig scheduler;
+  int64_t sample_size = 64;  // the denoiser's latent size: the default image is sample_size x the codec's factor
+  std::string description;   // "SD 1.x, single file (f16)", for messages
 };
 
 // Called after each denoise step: (step index, steps).
@@ -106,17 +125,22 @@ struct Generation {
 
 class Pipeline {
  public:
-  static Result<std::unique_ptr<Pipeline>> load(const std::string& dir, const PipelineOptions& options);
+  // `path`: an optimum ONNX folder, a .safetensors single file or a diffusers folder.
+  static Result<std::unique_ptr<Pipeline>> load(const std::string& path, const PipelineOptions& options);
   Result<Generation> generate(const GenerateOptions& options);
 
-  const std::string& dir() const { return dir_; }
-  const ClipTokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& path() const { return path_; }
+  const std::string& description() const { return parts_.description; }
+  const ClipTokenizer& tokenizer() const { return parts_.conditioner->tokenizer(); }
   // The default image size: the UNet's sample_size times the VAE factor.
-  int default_size() const { return sample_size_ * vae_factor_; }
-  int vae_factor() const { return vae_factor_; }
+  int default_size() const { return int(parts_.sample_size * parts_.codec->spec().factor); }
+  int vae_factor() const { return int(parts_.codec->spec().factor); }
+  // Milliseconds load() took: reading the files, building or importing the graphs.
+  double load_ms() const { return load_ms_; }
 
  private:
-  Pipeline() = default;
+  Pipeline(std::string path, PipelineParts parts, const PipelineOptions& options)
+      : path_(std::move(path)), parts_(std::move(parts)), options_(options) {}
   // One generation's denoise loop: what every way of running it reads.
   struct DenoiseRun {
     const StepTables& tables;
@@ -125,36 +149,18 @@ class Pipeline {
     uint64_t noise_first_pair;   // where step 0's noise starts in the seed's stream
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };
-  Result<Tensor> encode_prompts(const GenerateOptions& options, StageTimes& times);
-  // The init image's latents x0 = scaling_factor * (mean + std * eps), eps the
-  // next draws of `noise`.
-  Result<Tensor> encode_image(const RgbImage& image, int64_t batch, NoiseStream& noise, StageTimes& times);
-  Shape timestep_shape(int64_t batch) const;
   // The first `steps` steps of the loop over x, in place.
   Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   // auto: whether graph-loop beats the host loop on this loop, measured once per key.
   Result<bool> choose_whole_loop(const DenoiseRun& run, const Tensor& x);
-  Status decode(Generation& g, bool tiled);
-  Result<Tensor> decode_latents(const Tensor& z);  // z: latents / scaling_factor
-  Result<Tensor> decode_tiled(const Tensor& z);
 
-  std::string dir_, unet_path_;
+  std::string path_;
+  PipelineParts parts_;
   PipelineOptions options_;
-  std::optional<ClipTokenizer> tokenizer_;
-  SchedulerConfig scheduler_config_;
-  std::unique_ptr<ModelRunner> text_encoder_, unet_, vae_decoder_;
-  std::unique_ptr<ModelRunner> vae_encoder_;  // loaded by the first image-to-image generation
+  double load_ms_ = 0;
   std::map<std::string, std::unique_ptr<Plan>> loop_plans_;  // graph-loop: by DenoiseRun::key
   std::map<std::string, bool> whole_loop_chosen_;            // auto: by DenoiseRun::key
-  DType ids_dtype_ = DType::kI64, timestep_dtype_ = DType::kF32;
-  // The UNet's timestep shape when its export fixes one ([1] or a scalar, as
-  // some exporters write it); otherwise kiln feeds [2 batch].
-  std::optional<Shape> timestep_static_shape_;
-  size_t hidden_state_output_ = 0;  // the text encoder's last_hidden_state
-  int latent_channels_ = 4, sample_size_ = 64, vae_factor_ = 8;
-  int vae_tile_ = 512;  // the VAE config's sample_size: tiled decoding's tile, pixels
-  float scaling_factor_ = 0.18215f;
 };
 
 }  // namespace kiln

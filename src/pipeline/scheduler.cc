@@ -638,6 +638,12 @@ SchedulerKind default_scheduler_kind(const SchedulerConfig& config, bool* substi
   return is_flow_config(config) ? SchedulerKind::kFlowEuler : SchedulerKind::kEuler;
 }
 
+TimestepSpacing default_timestep_spacing(std::string_view class_name) {
+  for (std::string_view leading : {"DDIMScheduler", "PNDMScheduler", "DDPMScheduler"})
+    if (class_name == leading) return TimestepSpacing::kLeading;
+  return TimestepSpacing::kLinspace;
+}
+
 int image_to_image_first_step(int steps, double strength) {
   const int denoised = std::min(static_cast<int>(steps * strength), steps);  // diffusers' init_timestep
   return std::max(steps - denoised, 0);

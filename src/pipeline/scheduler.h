@@ -112,6 +112,11 @@ Result<SchedulerKind> scheduler_kind_for_class(std::string_view class_name);
 // LMSDiscreteScheduler, ...) "euler", or "flow_euler" for a flow-matching
 // class, with *substituted set so the caller can say so.
 SchedulerKind default_scheduler_kind(const SchedulerConfig& config, bool* substituted = nullptr);
+// The spacing a diffusers scheduler class uses when its config names none:
+// leading for DDIMScheduler, PNDMScheduler and DDPMScheduler, linspace for
+// the rest. A kind substituted for a class kiln does not implement (SD 1.5's
+// PNDM) visits the timesteps that class would.
+TimestepSpacing default_timestep_spacing(std::string_view class_name);
 
 struct StepTables {
   SchedulerKind kind = SchedulerKind::kEuler;

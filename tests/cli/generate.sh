@@ -90,7 +90,7 @@ expect_error "nothing.png: no such file" "${base[@]}" --init-image nothing.png
 expect_error "strength" "${base[@]}" --init-image "$init" --strength 0
 
 expect_error "--vae-tiling" "${base[@]}" --vae-tiling maybe
-expect_error "not a pipeline folder" --model nowhere --prompt "a cat"
+expect_error "nowhere: no such file or folder" --model nowhere --prompt "a cat"
 expect_error "--steps must be at least 1" "${base[@]}" --steps 0
 expect_error "multiple of 8" "${base[@]}" --width 60
 expect_error "unknown scheduler" "${base[@]}" --scheduler pndm

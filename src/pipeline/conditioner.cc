@@ -1,0 +1,40 @@
+#include "pipeline/conditioner.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+Result<Tensor> Conditioner::encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2]) {
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> negative_ids = tokenizer_.tokenize(negative), prompt_ids = tokenizer_.tokenize(prompt);
+  const int64_t length = tokenizer_.max_length();
+  KILN_ASSIGN_OR_RETURN(Tensor ids, Tensor::empty(ids_dtype_, {2 * batch, length}));
+  for (int64_t row = 0; row < 2 * batch; ++row) {  // [negative x batch, prompt x batch]
+    const std::vector<int32_t>& src = row < batch ? negative_ids : prompt_ids;
+    for (int64_t j = 0; j < length; ++j) {
+      if (ids_dtype_ == DType::kI64) ids.data<int64_t>()[row * length + j] = src[size_t(j)];
+      else ids.data<int32_t>()[row * length + j] = src[size_t(j)];
+    }
+  }
+  ms[0] = ms_since(start);
+  start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, encoder_->run({{"input_ids", ids}}));
+  if (output_ >= out.size()) return invalid_argument("{}: too few outputs", label_);
+  const Tensor& hidden = out[output_];
+  if (hidden.dtype() != DType::kF32 || hidden.rank() != 3 || hidden.shape()[0] != 2 * batch)
+    return invalid_argument("{}: expected a float32 [{}, sequence, width] hidden state, got {} {}", label_, 2 * batch,
+                            dtype_name(hidden.dtype()), shape_to_string(hidden.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor context, Tensor::empty(DType::kF32, hidden.shape()));
+  std::memcpy(context.raw(), hidden.raw(), hidden.nbytes());
+  ms[1] = ms_since(start);
+  return context;
+}
+
+}  // namespace kiln
