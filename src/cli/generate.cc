@@ -1,19 +1,21 @@
-// kiln generate: text to image with a Stable Diffusion pipeline folder (the
-// layout Hugging Face optimum's ONNX exporter writes), written as a PNG with
-// what made it in the PNG's text chunks.
+// kiln generate: text to image (and image to image) with a Stable Diffusion
+// model, written as PNGs with what made them in their text chunks. Argument
+// parsing and printing only: generation is app/generator.h's.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <random>
 
+#include "app/default_model.h"
+#include "app/generator.h"
 #include "cli/commands.h"
-#include "cli/default_model.h"
 #include "cli/pass_flags.h"
-#include "pipeline/pipeline.h"
 #include "pipeline/png.h"
 #include "pipeline/prompt_vocabulary.h"
+#include "pipeline/sd_family.h"
 
 namespace kiln::cli {
 
@@ -21,7 +23,7 @@ namespace {
 
 struct GenerateFlags {
   PassFlags pass_flags;
-  std::string model, negative_prompt, output = "out.png";
+  std::string model, variant, tokenizer, prediction, negative_prompt, output = "out.png";
   std::vector<std::string> prompts;
   int grid = 0;
   int steps = 20;
@@ -68,17 +70,23 @@ class Progress {
   std::chrono::steady_clock::time_point start_, second_;
 };
 
-Result<PipelineOptions> pipeline_options(const std::string& mode, bool quiet, const PassFlags& pass_flags) {
-  PipelineOptions options;
-  KILN_ASSIGN_OR_RETURN(options.passes, pass_options(pass_flags));
-  if (mode == "graph-loop") {
-    options.whole_loop = true;
+Result<GeneratorOptions> generator_options(const GenerateFlags& f) {
+  GeneratorOptions options{.model = f.model};
+  PipelineOptions& p = options.pipeline;
+  KILN_ASSIGN_OR_RETURN(p.passes, pass_options(f.pass_flags));
+  if (f.mode == "graph-loop") {
+    p.whole_loop = true;
   } else {
-    auto parsed = parse_execution_mode(mode);
-    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", mode);
-    options.mode = *parsed;
+    auto parsed = parse_execution_mode(f.mode);
+    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", f.mode);
+    p.mode = *parsed;
   }
-  if (!quiet) options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
+  p.variant = f.variant;
+  p.tokenizer_dir = f.tokenizer;
+  if (!f.prediction.empty()) {
+    KILN_ASSIGN_OR_RETURN(p.prediction, parse_prediction_type(f.prediction));
+  }
+  if (!f.quiet) p.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
   return options;
 }
 
@@ -89,55 +97,10 @@ std::string image_path(const std::string& output, int i, int count) {
   return (p.parent_path() / fmt::format("{}-{}{}", p.stem().string(), i + 1, p.extension().string())).string();
 }
 
-std::string model_name(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
-// What made the image, for the PNG's text chunks: an A1111-style
-// "parameters" line that image browsers read, and one chunk a field.
-PngText png_text(const GenerateFlags& f, const std::string& prompt, uint64_t seed, const Generation& g,
-                 const std::string& model) {
-  const std::string size = fmt::format("{}x{}", g.width, g.height);
-  std::string parameters = prompt + "\n";
-  if (!f.negative_prompt.empty()) parameters += "Negative prompt: " + f.negative_prompt + "\n";
-  parameters += fmt::format("Steps: {}, Sampler: {}, CFG scale: {}, Seed: {}, Size: {}, Model: {}", f.steps,
-                            g.scheduler, f.guidance_scale, seed, size, model);
-  if (!f.init_image.empty()) parameters += fmt::format(", Denoising strength: {}", f.strength);
-  PngText text = {{"prompt", prompt},
-                  {"negative_prompt", f.negative_prompt},
-                  {"seed", std::to_string(seed)},
-                  {"steps", std::to_string(f.steps)},
-                  {"scheduler", g.scheduler},
-                  {"guidance_scale", fmt::format("{}", f.guidance_scale)},
-                  {"size", size},
-                  {"model", model},
-                  {"parameters", parameters},
-                  {"software", "kiln " KILN_VERSION_STRING}};
-  if (!f.init_image.empty()) {
-    text.emplace_back("init_image", std::filesystem::path(f.init_image).filename().string());
-    text.emplace_back("strength", fmt::format("{}", f.strength));
-  }
-  return text;
-}
-
-// The images (each width x height RGB) in rows of `columns`, two grey pixels
-// between them.
-std::vector<uint8_t> grid_pixels(const std::vector<const uint8_t*>& images, int width, int height, int columns,
-                                 int* grid_width, int* grid_height) {
-  constexpr int kGap = 2;
-  const int n = int(images.size()), rows = (n + columns - 1) / columns, cols = std::min(columns, n);
-  *grid_width = cols * width + (cols - 1) * kGap;
-  *grid_height = rows * height + (rows - 1) * kGap;
-  std::vector<uint8_t> grid(size_t(*grid_width) * size_t(*grid_height) * 3, 128);
-  for (int i = 0; i < n; ++i) {
-    const int x0 = (i % columns) * (width + kGap), y0 = (i / columns) * (height + kGap);
-    for (int y = 0; y < height; ++y)
-      std::copy_n(images[i] + size_t(y) * width * 3, size_t(width) * 3,
-                  grid.data() + (size_t(y0 + y) * *grid_width + x0) * 3);
-  }
-  return grid;
+double peak_rss_mib() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
 void print_profile(const Generation& g, bool image_to_image, double png_ms) {
@@ -154,100 +117,63 @@ void print_profile(const Generation& g, bool image_to_image, double png_ms) {
              t.host_overhead_per_step(g.steps_run));
 }
 
-// A model trained on a closed set of captions ignores words outside it: say
-// so (unless quiet; a malformed vocabulary.json is an error either way).
-Status warn_about_unknown_words(const std::string& model_dir, const std::vector<std::string>& prompts, bool quiet) {
-  KILN_ASSIGN_OR_RETURN(std::optional<PromptVocabulary> vocabulary, load_prompt_vocabulary(model_dir));
-  if (!vocabulary || quiet) return ok_status();
-  for (const std::string& prompt : prompts) {
-    const std::vector<std::string> unknown = vocabulary->unknown_words(prompt);
-    if (!unknown.empty())
-      fmt::print(stderr,
-                 "kiln: warning: the model in {} was trained on a closed vocabulary without \"{}\": it will not "
-                 "follow that part of \"{}\" (kiln generate --help lists the words it knows)\n",
-                 model_dir, fmt::join(unknown, "\", \""), prompt);
-  }
-  return ok_status();
-}
-
 Status generate(const GenerateFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   KILN_CHECK_ARG(f.steps >= 1, "--steps must be at least 1, got {}", f.steps);
   KILN_CHECK_ARG(!f.prompts.empty(), "--prompt is required");
-  KILN_ASSIGN_OR_RETURN(PipelineOptions options, pipeline_options(f.mode, f.quiet, f.pass_flags));
+  KILN_ASSIGN_OR_RETURN(GeneratorOptions options, generator_options(f));
   const std::filesystem::path out_dir = std::filesystem::path(f.output).parent_path();
   if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
     return not_found("-o {}: the folder {} does not exist", f.output, out_dir.string());
-  std::optional<bool> vae_tiling;  // auto: unset
-  if (f.vae_tiling != "auto") vae_tiling = f.vae_tiling == "on";
-  std::optional<RgbImage> init_image;
+  GenerationRequest request{.prompts = f.prompts, .negative_prompt = f.negative_prompt, .seed = f.seed,
+                            .steps = f.steps, .guidance_scale = f.guidance_scale, .width = f.width,
+                            .height = f.height, .batch = f.batch, .scheduler = f.scheduler, .strength = f.strength};
+  if (f.vae_tiling != "auto") request.vae_tiling = f.vae_tiling == "on";
   if (!f.init_image.empty()) {
-    KILN_ASSIGN_OR_RETURN(init_image, read_png(f.init_image, 4096));
+    KILN_ASSIGN_OR_RETURN(request.init_image, read_png(f.init_image, 4096));
+    request.init_image_name = std::filesystem::path(f.init_image).filename().string();
   }
-  std::string model_dir = f.model;
-  if (model_dir.empty()) {
-    KILN_ASSIGN_OR_RETURN(model_dir, find_default_model());
-  }
-  KILN_RETURN_IF_ERROR(warn_about_unknown_words(model_dir, f.prompts, f.quiet));
-  KILN_ASSIGN_OR_RETURN(auto pipe, Pipeline::load(model_dir, options));
-  const std::string model = model_name(model_dir);
+  KILN_ASSIGN_OR_RETURN(auto generator, Generator::open(options));
+  // A model trained on a closed set of captions ignores words outside it: say so.
+  const std::vector<std::vector<std::string>> unknown = generator->unknown_words(f.prompts);
+  for (size_t k = 0; k < unknown.size() && !f.quiet; ++k)
+    if (!unknown[k].empty())
+      fmt::print(stderr,
+                 "kiln: warning: the model in {} was trained on a closed vocabulary without \"{}\": it will not "
+                 "follow that part of \"{}\" (kiln generate --help lists the words it knows)\n",
+                 generator->model_path(), fmt::join(unknown[k], "\", \""), f.prompts[k]);
 
-  // Prompt k draws with seed + k, so each prompt's picture is the one it
-  // would get alone with that seed.
-  const uint64_t seed = f.seed ? *f.seed : std::random_device{}();
-  std::vector<Generation> generations;
-  struct Image {
-    const uint8_t* pixels;
-    uint64_t seed;
-    PngText text;
-  };
-  std::vector<Image> images;
-  for (size_t k = 0; k < f.prompts.size(); ++k) {
-    Progress progress(f.quiet);
-    GenerateOptions o{.prompt = f.prompts[k], .negative_prompt = f.negative_prompt, .steps = f.steps,
-                      .guidance_scale = f.guidance_scale, .seed = seed + k, .width = f.width, .height = f.height,
-                      .batch = f.batch, .scheduler = f.scheduler,
-                      .init_image = init_image ? &*init_image : nullptr, .strength = f.strength,
-                      .vae_tiling = vae_tiling,
-                      .on_step = [&progress](int i, int steps) { progress.step(i, steps); }};
-    KILN_ASSIGN_OR_RETURN(Generation g, pipe->generate(o));
-    generations.push_back(std::move(g));
-  }
-  for (size_t k = 0; k < f.prompts.size(); ++k) {
-    const Generation& g = generations[k];
-    const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
-    for (int i = 0; i < f.batch; ++i)
-      images.push_back({g.pixels.data() + size_t(i) * image_bytes, seed + k, png_text(f, f.prompts[k], seed + k, g, model)});
-  }
+  std::vector<Progress> progress(f.prompts.size(), Progress(f.quiet));
+  KILN_ASSIGN_OR_RETURN(GenerationResult result,
+                        generator->generate(request, [&](size_t k, int i, int steps) { progress[k].step(i, steps); }));
 
   const auto png_start = std::chrono::steady_clock::now();
-  const Generation& first = generations.front();
+  const Generation& first = result.generations.front();
   std::vector<std::string> written;  // and what each holds
   if (f.grid > 0) {
-    std::vector<const uint8_t*> pixels;
-    for (const Image& image : images) pixels.push_back(image.pixels);
-    int width = 0, height = 0;
-    const std::vector<uint8_t> grid = grid_pixels(pixels, first.width, first.height, f.grid, &width, &height);
-    PngText text = images.front().text;
-    text.emplace_back("grid", fmt::format("{} images of {}x{}, {} a row, prompt k with seed {} + k: {}",
-                                          images.size(), first.width, first.height, f.grid, seed,
-                                          fmt::join(f.prompts, " | ")));
-    KILN_RETURN_IF_ERROR(write_png(f.output, grid.data(), width, height, text));
+    const GeneratedImage grid = image_grid(result.images, f.grid, f.prompts);
+    KILN_RETURN_IF_ERROR(write_png(f.output, grid.rgb.data(), grid.width, grid.height, grid.text));
     written.push_back(fmt::format("{} ({} images of {}x{} in a grid, {} steps of {}, seeds {} to {}", f.output,
-                                  images.size(), first.width, first.height, f.steps, first.scheduler, seed,
-                                  images.back().seed));
+                                  result.images.size(), first.width, first.height, f.steps, first.scheduler,
+                                  result.seed, result.images.back().seed));
   } else {
-    for (size_t i = 0; i < images.size(); ++i) {
-      const std::string path = image_path(f.output, int(i), int(images.size()));
-      KILN_RETURN_IF_ERROR(write_png(path, images[i].pixels, first.width, first.height, images[i].text));
-      written.push_back(fmt::format("{} ({}x{}, {} steps of {}, seed {}", path, first.width, first.height, f.steps,
-                                    first.scheduler, images[i].seed));
+    for (size_t i = 0; i < result.images.size(); ++i) {
+      const GeneratedImage& image = result.images[i];
+      const std::string path = image_path(f.output, int(i), int(result.images.size()));
+      KILN_RETURN_IF_ERROR(write_png(path, image.rgb.data(), image.width, image.height, image.text));
+      written.push_back(fmt::format("{} ({}x{}, {} steps of {}, seed {}", path, image.width, image.height, f.steps,
+                                    first.scheduler, image.seed));
     }
   }
   const double png_ms = seconds_since(png_start) * 1e3;
 
-  if (f.profile)
-    for (const Generation& g : generations) print_profile(g, init_image.has_value(), png_ms / generations.size());
+  if (f.profile) {
+    fmt::print("model: {} ({}), loaded in {:.2f} ms\n", generator->model_path(), generator->pipeline().description(),
+               generator->pipeline().load_ms());
+    for (const Generation& g : result.generations)
+      print_profile(g, request.init_image.has_value(), png_ms / double(result.generations.size()));
+    fmt::print("peak resident memory: {:.1f} MiB\n", peak_rss_mib());
+  }
   if (!f.quiet)
     for (const std::string& what : written) fmt::print("wrote {}, {:.2f} s)\n", what, seconds_since(start));
   return ok_status();
@@ -257,10 +183,20 @@ Status generate(const GenerateFlags& f) {
 
 Handler add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate an image from a prompt with a Stable Diffusion pipeline folder");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate an image from a prompt with a Stable Diffusion model");
   cmd->add_option("--model,-m", f->model,
-                  "pipeline folder in optimum's ONNX layout (model_index.json, unet/, text_encoder/, vae_decoder/, "
-                  "...); default: kiln's own shapes model (below)");
+                  "a Stable Diffusion 1.x/2.x model: a single-file checkpoint (.safetensors), a diffusers folder, or "
+                  "optimum's ONNX folder; default: kiln's own shapes model (below)");
+  cmd->add_option("--variant", f->variant,
+                  "a diffusers folder's weights variant, e.g. fp16 (default: the plain files, or the variant's where "
+                  "they are the only ones)");
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "a single file's tokenizer: a folder with CLIP's vocab.json and merges.txt (default: DIR/tokenizer "
+                  "beside the file, then $KILN_TOKENIZER_DIR)");
+  cmd->add_option("--prediction", f->prediction,
+                  "eps | v: what the UNet predicts (default: the scheduler config's; a single file's family's: SD 1.x "
+                  "eps, SD 2.x v, and eps for SD 2.x's 512-pixel base models)")
+      ->check(CLI::IsMember({"eps", "v"}));
   cmd->add_option("--prompt,-p", f->prompts, "what to draw; give it again for more pictures (prompt k uses seed + k)")
       ->required()
       ->allow_extra_args(false);  // one prompt a flag: an unquoted "-p a red circle" is an error, not three prompts
@@ -287,7 +223,7 @@ Handler add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off", "auto"}));
   cmd->add_option("--scheduler", f->scheduler,
                   "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler "
-                  "(default: the one scheduler/scheduler_config.json names)");
+                  "(default: the one the model's scheduler config names; a single file's family's)");
   cmd->add_option("--mode", f->mode,
                   "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
                   "loop as one plan, one call) | auto (times a step each way, keeps the fastest and says which)")

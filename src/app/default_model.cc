@@ -1,4 +1,4 @@
-#include "cli/default_model.h"
+#include "app/default_model.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
-namespace kiln::cli {
+namespace kiln {
 
 namespace fs = std::filesystem;
 
@@ -34,4 +34,4 @@ Result<std::string> find_default_model() {
                    "KILN_DEFAULT_MODEL)", fmt::join(candidates, ", "));
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln

@@ -8,7 +8,7 @@
 
 #include "core/status.h"
 
-namespace kiln::cli {
+namespace kiln {
 
 // Where the default model is looked for, in order: $KILN_DEFAULT_MODEL when
 // set (and then only there); next to the executable, ../share/kiln/models/
@@ -19,4 +19,4 @@ std::vector<std::string> default_model_candidates();
 // The first candidate that holds a model_index.json; NotFound listing them all.
 Result<std::string> find_default_model();
 
-}  // namespace kiln::cli
+}  // namespace kiln

@@ -1,0 +1,128 @@
+#include "app/generator.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "app/default_model.h"
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string name_of(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// What made the image, for the PNG's text chunks: an A1111-style
+// "parameters" line that image browsers read, and one chunk a field.
+PngText png_text(const GenerationRequest& r, const std::string& prompt, uint64_t seed, const Generation& g,
+                 const std::string& model) {
+  const std::string size = fmt::format("{}x{}", g.width, g.height);
+  std::string parameters = prompt + "\n";
+  if (!r.negative_prompt.empty()) parameters += "Negative prompt: " + r.negative_prompt + "\n";
+  parameters += fmt::format("Steps: {}, Sampler: {}, CFG scale: {}, Seed: {}, Size: {}, Model: {}", r.steps,
+                            g.scheduler, r.guidance_scale, seed, size, model);
+  if (r.init_image) parameters += fmt::format(", Denoising strength: {}", r.strength);
+  PngText text = {{"prompt", prompt},
+                  {"negative_prompt", r.negative_prompt},
+                  {"seed", std::to_string(seed)},
+                  {"steps", std::to_string(r.steps)},
+                  {"scheduler", g.scheduler},
+                  {"guidance_scale", fmt::format("{}", r.guidance_scale)},
+                  {"size", size},
+                  {"model", model},
+                  {"parameters", parameters},
+                  {"software", "kiln " KILN_VERSION_STRING}};
+  if (r.init_image) {
+    text.emplace_back("init_image", r.init_image_name);
+    text.emplace_back("strength", fmt::format("{}", r.strength));
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Generator>> Generator::open(const GeneratorOptions& options) {
+  std::unique_ptr<Generator> g(new Generator());
+  g->model_path_ = options.model;
+  if (g->model_path_.empty()) {
+    KILN_ASSIGN_OR_RETURN(g->model_path_, find_default_model());
+  }
+  g->model_name_ = name_of(g->model_path_);
+  if (fs::is_directory(g->model_path_)) {
+    KILN_ASSIGN_OR_RETURN(g->vocabulary_, load_prompt_vocabulary(g->model_path_));
+  }
+  KILN_ASSIGN_OR_RETURN(g->pipeline_, Pipeline::load(g->model_path_, options.pipeline));
+  return g;
+}
+
+std::vector<std::vector<std::string>> Generator::unknown_words(const std::vector<std::string>& prompts) const {
+  std::vector<std::vector<std::string>> words;
+  for (const std::string& prompt : prompts)
+    words.push_back(vocabulary_ ? vocabulary_->unknown_words(prompt) : std::vector<std::string>{});
+  return words;
+}
+
+Result<GenerationResult> Generator::generate(const GenerationRequest& r, const GenerationProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  if (r.prompts.empty()) return invalid_argument("a prompt is required");
+  if (r.steps < 1) return invalid_argument("the steps must be at least 1, got {}", r.steps);
+  GenerationResult result;
+  result.seed = r.seed ? *r.seed : std::random_device{}();
+  for (size_t k = 0; k < r.prompts.size(); ++k) {
+    const GenerateOptions o{
+        .prompt = r.prompts[k], .negative_prompt = r.negative_prompt, .steps = r.steps,
+        .guidance_scale = r.guidance_scale, .seed = result.seed + k, .width = r.width, .height = r.height,
+        .batch = r.batch, .scheduler = r.scheduler, .init_image = r.init_image ? &*r.init_image : nullptr,
+        .strength = r.strength, .vae_tiling = r.vae_tiling,
+        .on_step = [&](int i, int steps) {
+          if (progress) progress(k, i, steps);
+        }};
+    KILN_ASSIGN_OR_RETURN(Generation g, pipeline_->generate(o));
+    const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
+    for (int i = 0; i < r.batch; ++i) {
+      GeneratedImage image{.width = g.width, .height = g.height, .seed = result.seed + k, .prompt = r.prompts[k]};
+      image.rgb.assign(g.pixels.begin() + std::ptrdiff_t(size_t(i) * image_bytes),
+                       g.pixels.begin() + std::ptrdiff_t(size_t(i + 1) * image_bytes));
+      image.text = png_text(r, r.prompts[k], result.seed + k, g, model_name_);
+      result.images.push_back(std::move(image));
+    }
+    result.generations.push_back(std::move(g));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+GeneratedImage image_grid(const std::vector<GeneratedImage>& images, int columns, const std::vector<std::string>& prompts) {
+  constexpr int kGap = 2;
+  GeneratedImage grid;
+  if (images.empty() || columns < 1) return grid;
+  const int n = int(images.size()), width = images[0].width, height = images[0].height;
+  const int rows = (n + columns - 1) / columns, cols = std::min(columns, n);
+  grid.width = cols * width + (cols - 1) * kGap;
+  grid.height = rows * height + (rows - 1) * kGap;
+  grid.rgb.assign(size_t(grid.width) * size_t(grid.height) * 3, 128);
+  for (int i = 0; i < n; ++i) {
+    const int x0 = (i % columns) * (width + kGap), y0 = (i / columns) * (height + kGap);
+    for (int y = 0; y < height; ++y)
+      std::copy_n(images[size_t(i)].rgb.data() + size_t(y) * width * 3, size_t(width) * 3,
+                  grid.rgb.data() + (size_t(y0 + y) * grid.width + x0) * 3);
+  }
+  grid.seed = images[0].seed;
+  grid.prompt = images[0].prompt;
+  grid.text = images[0].text;
+  grid.text.emplace_back("grid", fmt::format("{} images of {}x{}, {} a row, prompt k with seed {} + k: {}", n, width,
+                                             height, columns, grid.seed, fmt::join(prompts, " | ")));
+  return grid;
+}
+
+}  // namespace kiln
