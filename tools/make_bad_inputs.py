@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import struct
 
 import numpy as np
@@ -118,8 +119,13 @@ FILES = []
 CASES = []
 
 
+class Symlink(str):
+    """A file to write as a symbolic link to this (relative) target."""
+
+
 def add_file(name, data):
-    FILES.append((name, data))
+    if data is not None:  # None: the file another case wrote
+        FILES.append((name, data))
 
 
 def case(args, expect, why):
@@ -402,6 +408,141 @@ def build_cases():
             safetensors_bytes({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                                "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, good),
             "tensor data ranges overlap at offset 8", "two tensors share bytes")
+    checkpoint_cases()
+
+
+def checkpoint_file(tensors):
+    """A safetensors file of {name: (dtype, shape)}, zero-filled, in name order."""
+    sizes = {"F32": 4, "F16": 2, "I64": 8}
+    header, offset = {}, 0
+    for name, (dtype, shape) in sorted(tensors.items()):
+        n = int(np.prod(shape)) * sizes[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    return safetensors_bytes(header, bytes(offset))
+
+
+UNET = "model.diffusion_model."
+
+
+def micro_sd_checkpoint():
+    """The smallest SD 1.x single file kiln builds a UNet from (LDM keys, one
+    level of 32 channels, one resnet a level, attention in the middle block):
+    the fuzzers' seed for the checkpoint loaders."""
+    t = {}
+
+    def conv(name, cout, cin, k=3):
+        t[f"{UNET}{name}.weight"] = ("F16", (cout, cin, k, k))
+        t[f"{UNET}{name}.bias"] = ("F16", (cout,))
+
+    def linear(name, cout, cin, bias=True):
+        t[f"{UNET}{name}.weight"] = ("F16", (cout, cin))
+        if bias:
+            t[f"{UNET}{name}.bias"] = ("F16", (cout,))
+
+    def norm(name, c):
+        t[f"{UNET}{name}.weight"] = ("F16", (c,))
+        t[f"{UNET}{name}.bias"] = ("F16", (c,))
+
+    def resnet(name, cin, cout):
+        norm(f"{name}.in_layers.0", cin)
+        conv(f"{name}.in_layers.2", cout, cin)
+        linear(f"{name}.emb_layers.1", cout, 128)
+        norm(f"{name}.out_layers.0", cout)
+        conv(f"{name}.out_layers.3", cout, cout)
+        if cin != cout:
+            conv(f"{name}.skip_connection", cout, cin, 1)
+
+    conv("input_blocks.0.0", 32, 4)
+    linear("time_embed.0", 128, 32)
+    linear("time_embed.2", 128, 128)
+    resnet("input_blocks.1.0", 32, 32)
+    resnet("middle_block.0", 32, 32)
+    a = "middle_block.1"
+    norm(f"{a}.norm", 32)
+    conv(f"{a}.proj_in", 32, 32, 1)
+    conv(f"{a}.proj_out", 32, 32, 1)
+    b = f"{a}.transformer_blocks.0"
+    for n in ("norm1", "norm2", "norm3"):
+        norm(f"{b}.{n}", 32)
+    for attn in ("attn1", "attn2"):
+        for p in ("to_q", "to_k", "to_v"):
+            linear(f"{b}.{attn}.{p}", 32, 32, bias=False)
+        linear(f"{b}.{attn}.to_out.0", 32, 32)
+    linear(f"{b}.ff.net.0.proj", 256, 32)
+    linear(f"{b}.ff.net.2", 32, 128)
+    resnet("middle_block.2", 32, 32)
+    resnet("output_blocks.0.0", 64, 32)
+    resnet("output_blocks.1.0", 64, 32)
+    norm("out.0", 32)
+    conv("out.2", 4, 32)
+    return t
+
+
+def checkpoint_cases():
+    """Single-file checkpoints and diffusers folders that are malformed in
+    the ways real ones break: each must give one error line."""
+    def ckpt_case(name, data, expect, why, command="run"):
+        add_file(name, data)
+        case(f"{command} {name}", expect, why)
+
+    conv_in = {f"{UNET}input_blocks.0.0.weight": ("F16", (32, 4, 3, 3)),
+               f"{UNET}input_blocks.0.0.bias": ("F16", (32,))}
+    whole = checkpoint_file(conv_in)
+    ckpt_case("ckpt_truncated.safetensors", whole[:len(whole) // 2 + 40],
+              "ckpt_truncated.safetensors: tensor 'model.diffusion_model.input_blocks.0.0.weight': data_offsets",
+              "a checkpoint cut short (its header intact)")
+    lying = json.loads(whole[8:8 + struct.unpack("<Q", whole[:8])[0]])
+    lying[f"{UNET}input_blocks.0.0.weight"]["data_offsets"] = [0, 32 * 4 * 3 * 3 * 2]
+    ckpt_case("ckpt_offsets_lie.safetensors", safetensors_bytes(lying, whole[8 + struct.unpack("<Q", whole[:8])[0]:]),
+              "ckpt_offsets_lie.safetensors: tensor data ranges overlap at offset 0",
+              "a header whose offsets make two tensors share bytes")
+    ckpt_case("ckpt_missing_key.safetensors", whole,
+              "ckpt_missing_key.safetensors: unet: the weight 'conv_out.weight' is missing",
+              "a UNet without its last convolution (out.2)")
+    micro = micro_sd_checkpoint()
+    wrong = dict(micro)
+    wrong[f"{UNET}middle_block.0.in_layers.2.weight"] = ("F16", (32, 16, 3, 3))
+    ckpt_case("ckpt_wrong_shape.safetensors", checkpoint_file(wrong),
+              "W has 16 input channels per group, X has 32 channels",
+              "a resnet convolution of the wrong input width")
+    ckpt_case("ckpt_rank.safetensors", checkpoint_file({f"{UNET}input_blocks.0.0.weight": ("F16", (32, 4))}),
+              "ckpt_rank.safetensors: unet: 'ckpt_rank.safetensors: model.diffusion_model.input_blocks.0.0.weight' "
+              "has shape [32,4], expected rank 4", "a convolution weight of rank 2")
+    ckpt_case("ckpt_unknown_family.safetensors",
+              checkpoint_file({"double_blocks.0.img_attn.qkv.weight": ("F16", (96, 32)),
+                               "img_in.weight": ("F16", (32, 64))}),
+              "ckpt_unknown_family.safetensors: holds tensors only, not a model",
+              "another family's weights (Flux-style keys)")
+    ckpt_case("ckpt_sdxl.safetensors",
+              checkpoint_file(dict(conv_in, **{"conditioner.embedders.1.model.ln_final.weight": ("F16", (1280,))})),
+              "ckpt_sdxl.safetensors: a Stable Diffusion XL checkpoint", "SDXL, not supported yet")
+    ckpt_case("model.ckpt", b"PK\x03\x04" + bytes(60),
+              "model.ckpt: a PyTorch pickle, which kiln does not load", "a pickle checkpoint")
+    ckpt_case("model.ckpt", None, "model.ckpt: a PyTorch pickle, which kiln does not load",
+              "a pickle given to kiln generate", command="generate -p x --model")
+    add_file("tokenizerless/sd1.safetensors", Symlink("../../models/sd-checkpoints/sd1.safetensors"))
+    case("generate -p x --model tokenizerless/sd1.safetensors",
+         "a single file holds no tokenizer; put CLIP's vocab.json and merges.txt", "no tokenizer beside a single file")
+    case("run ckpt_unknown_family.safetensors --component vae_decoder",
+         "ckpt_unknown_family.safetensors: holds tensors only, not a model", "--component of a bag of tensors")
+    case("run tokenizerless/sd1.safetensors --component text", "--component text: not a network of",
+         "a component no checkpoint has")
+
+    index = {"model_index.json": json.dumps({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}).encode()}
+    for path, data in index.items():
+        add_file(f"diffusers_no_unet/{path}", data)
+        add_file(f"diffusers_escape/{path}", data)
+        add_file(f"diffusers_bin/{path}", data)
+    add_file("diffusers_no_unet/unet/config.json", b"{}")
+    case("run diffusers_no_unet", "diffusers_no_unet/unet: no diffusion_pytorch_model.safetensors",
+         "a diffusers folder without UNet weights")
+    add_file("diffusers_escape/unet/diffusion_pytorch_model.safetensors.index.json",
+             json.dumps({"weight_map": {"conv_in.weight": "../../weights.safetensors"}}).encode())
+    case("run diffusers_escape", "tensor 'conv_in.weight' is in \"../../weights.safetensors\", not a file of this folder",
+         "a shard index naming a file outside the folder")
+    add_file("diffusers_bin/unet/diffusion_pytorch_model.bin", b"PK\x03\x04" + bytes(60))
+    case("run diffusers_bin", "diffusion_pytorch_model.bin: a PyTorch pickle", "pickled diffusers weights")
 
 
 # ---------------------------------------------------------------- fuzz seeds
@@ -448,7 +589,7 @@ def fuzz_seeds():
     for name, data in FILES:
         target = {".onnx": "onnx_import", ".npy": "npy", ".safetensors": "safetensors"}.get(
             os.path.splitext(name)[1])
-        if target:
+        if target and not isinstance(data, Symlink) and "/" not in name:
             seeds[target].append((name, data))
     for t in SEED_MODELS:
         seeds["onnx_import"].append((f"node_{t}.onnx", read(f"{NODE_TESTS}/test_{t}/model.onnx")))
@@ -483,6 +624,7 @@ def fuzz_seeds():
               "d": {"dtype": "BOOL", "shape": [0], "data_offsets": [40, 40]}}
     seeds["safetensors"].append(("valid_four.safetensors", safetensors_bytes(header, good + bytes(16))))
     seeds["safetensors"].append(("valid_empty.safetensors", safetensors_bytes({})))
+    seeds["safetensors"].append(("sd_micro.safetensors", checkpoint_file(micro_sd_checkpoint())))
     return seeds
 
 
@@ -525,10 +667,20 @@ def main():
     build_cases()
     os.makedirs(args.out, exist_ok=True)
     for old in os.listdir(args.out):  # a renamed case must not leave its old file behind
-        if old != "check.sh":
-            os.remove(os.path.join(args.out, old))
+        path = os.path.join(args.out, old)
+        if old == "check.sh":
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
     for name, data in FILES:
-        with open(os.path.join(args.out, name), "wb") as f:
+        path = os.path.join(args.out, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(data, Symlink):
+            os.symlink(data, path)
+            continue
+        with open(path, "wb") as f:
             f.write(data)
     with open(os.path.join(args.out, "cases.txt"), "w") as f:
         f.write("# Written by tools/make_bad_inputs.py; do not edit by hand.\n")

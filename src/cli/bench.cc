@@ -28,7 +28,7 @@ namespace kiln::cli {
 namespace {
 
 struct BenchOptions {
-  std::string model;
+  ModelRef model;
   std::vector<std::string> inputs, dims;
   uint64_t seed = 0;
   std::string modes = "eager,graph";
@@ -94,12 +94,14 @@ Status bench(const BenchOptions& opt) {
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> modes, parse_modes(opt.modes));
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model));
-  if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, opt.model, opt.inputs, opt.dims, opt.seed));
+  std::map<std::string, int64_t> default_dims;
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model, &default_dims));
+  const std::string label = opt.model.label();
+  if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(label);
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, opt.dims, default_dims, opt.seed));
   {
     EagerExecutor check(graph);
-    if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+    if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);
   }
 
   // The graph-mode plan, compiled here so its figures can be reported; auto
@@ -119,7 +121,7 @@ Status bench(const BenchOptions& opt) {
   std::optional<EagerExecutor> eager;
   if (eager_mode) eager.emplace(graph);
   auto compiled = Plan::compile(std::move(*plan_graph), {.dims = dims, .passes = passes});
-  if (!compiled.ok()) return compiled.status().with_context(opt.model);
+  if (!compiled.ok()) return compiled.status().with_context(label);
   Plan& plan = **compiled;
   std::unique_ptr<ModelRunner> auto_runner;
   std::string auto_decision;
@@ -159,12 +161,12 @@ Status bench(const BenchOptions& opt) {
   std::vector<ModeTimes> times;
   for (const std::string& m : modes) times.push_back({m, {}});
   for (int i = 0; i < opt.warmup; ++i)
-    for (const std::string& m : modes) KILN_RETURN_IF_ERROR(run_mode(m, false).with_context(opt.model));
+    for (const std::string& m : modes) KILN_RETURN_IF_ERROR(run_mode(m, false).with_context(label));
   const bool progress = !opt.json && isatty(STDERR_FILENO);  // a counter on a terminal only
   for (int i = 0; i < opt.iters; ++i) {
     for (ModeTimes& t : times) {
       const auto start = std::chrono::steady_clock::now();
-      KILN_RETURN_IF_ERROR(run_mode(t.name, true).with_context(opt.model));
+      KILN_RETURN_IF_ERROR(run_mode(t.name, true).with_context(label));
       t.ms.push_back(ms_since(start));
     }
     if (progress) fmt::print(stderr, "\rkiln bench: {}/{} iterations", i + 1, opt.iters);
@@ -185,7 +187,7 @@ Status bench(const BenchOptions& opt) {
 
   const PlanStats& st = plan.stats();
   nlohmann::ordered_json j;
-  j["model"] = opt.model;
+  j["model"] = label;
   j["signature"] = signature_of(inputs.tensors);
   j["iters"] = opt.iters;
   // Roofline figures: the FLOPs of the matmuls, convolutions and attention
@@ -246,7 +248,7 @@ Status bench(const BenchOptions& opt) {
     fmt::print("{}\n", j.dump(2));
     return ok_status();
   }
-  fmt::print("{}  ({})\n", opt.model, j["signature"].get<std::string>());
+  fmt::print("{}  ({})\n", label, j["signature"].get<std::string>());
   fmt::print("{:<8}{:>14}{:>12}{:>12}{}\n", "mode", "median ms", "min ms", "GFLOP/s", peak ? "  % of peak" : "");
   for (const ModeTimes& t : times) {
     const auto& m = j["modes"][t.name];
@@ -277,7 +279,7 @@ Status bench(const BenchOptions& opt) {
 Handler add_bench_command(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Time execution modes side by side on one model");
-  cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
+  add_model_flags(cmd, opt->model, "an ONNX file, or a model folder or checkpoint");
   cmd->add_option("--input,-i", opt->inputs, "NAME=FILE.npy: an input tensor (random of the declared shape when omitted)");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (default 1)");
   cmd->add_option("--seed", opt->seed, "seed for random inputs")->default_val(0);

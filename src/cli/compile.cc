@@ -15,7 +15,7 @@ namespace kiln::cli {
 namespace {
 
 struct CompileOptions {
-  std::string model;
+  ModelRef model;
   std::vector<std::string> dims;
   PassFlags pass_flags;
   std::string output;
@@ -27,7 +27,7 @@ Status compile(const CompileOptions& opt) {
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
                         compile_to_file(opt.model, dims, passes, opt.output));
   const PlanStats& st = plan->stats();
-  fmt::print("{}: {} nodes, {} steps, arena {:.2f} MiB, compiled in {:.0f} ms\n", opt.model, st.nodes, st.steps,
+  fmt::print("{}: {} nodes, {} steps, arena {:.2f} MiB, compiled in {:.0f} ms\n", opt.model.label(), st.nodes, st.steps,
              double(st.arena_bytes) / (1 << 20), st.compile_ms);
   std::string fusions;
   for (const auto& [pass, count] : st.passes.counts)
@@ -44,7 +44,7 @@ Status compile(const CompileOptions& opt) {
 Handler add_compile_command(CLI::App& app) {
   auto opt = std::make_shared<CompileOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Compile a model for fixed input shapes into a .kplan file");
-  cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
+  add_model_flags(cmd, opt->model, "an ONNX file, or a model folder or checkpoint");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (each one needs a size)");
   add_pass_flags(cmd, opt->pass_flags);
   cmd->add_option("--output,-o", opt->output, "the .kplan file to write")->required();

@@ -1,9 +1,12 @@
 #include "cli/model_file.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "models/sd_model.h"
 #include "npy/npy.h"
 #include "onnx/onnx_import.h"
 #include "runtime/plan_file.h"
@@ -12,26 +15,121 @@
 namespace kiln::cli {
 
 namespace {
-bool has_extension(const std::string& path, std::string_view ext) {
-  return std::filesystem::path(path).extension() == ext;
+
+namespace fs = std::filesystem;
+
+constexpr const char* kComponents[] = {"unet", "text_encoder", "vae_decoder", "vae_encoder"};
+
+bool has_extension(const std::string& path, std::string_view ext) { return fs::path(path).extension() == ext; }
+
+// A .safetensors file holding a Stable Diffusion UNet (a single-file
+// checkpoint), as opposed to a bag of tensors.
+Result<bool> holds_sd_unet(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(NamedTensorList tensors, safetensors_read(path));
+  for (const auto& [name, t] : tensors)
+    if (name.starts_with("model.diffusion_model.")) return true;
+  return false;
 }
+
+Status check_component(const ModelRef& ref) {
+  for (const char* c : kComponents)
+    if (ref.component == c) return ok_status();
+  return invalid_argument("--component {}: not a network of {} (unet, text_encoder, vae_decoder, vae_encoder)",
+                          ref.component, ref.path);
+}
+
+Result<Graph> checkpoint_graph(const ModelRef& ref, std::map<std::string, int64_t>* default_dims) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<SdModel> m, sd_model_open(ref.path, {.variant = ref.variant}));
+  const std::string& c = ref.component;
+  const int64_t size = m->unet_config.sample_size;
+  std::map<std::string, int64_t> dims;
+  Result<Graph> graph = invalid_argument("no such component");
+  if (c == "unet") {
+    dims = {{"batch", 2}, {"height", size}, {"width", size}, {"sequence", m->text_config.max_positions}};
+    graph = sd_unet_graph(m->unet_config, m->unet);
+  } else if (c == "text_encoder") {
+    if (!m->has_text_encoder) return not_found("{}: no text encoder in it", ref.path);
+    dims = {{"batch", 2}};
+    graph = clip_text_graph(m->text_config, m->text_encoder);
+  } else {
+    if (!m->has_vae) return not_found("{}: no VAE in it", ref.path);
+    const int64_t side = c == "vae_decoder" ? size : size * m->vae_config.factor();
+    dims = {{"batch", 1}, {"height", side}, {"width", side}};
+    graph = c == "vae_decoder" ? vae_decoder_graph(m->vae_config, m->vae) : vae_encoder_graph(m->vae_config, m->vae);
+  }
+  if (!graph.ok()) return graph.status().with_context(ref.label());
+  if (default_dims) *default_dims = std::move(dims);
+  return graph;
+}
+
+std::string count(int64_t n) {  // 1234567 -> "1,234,567"
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string weights_line(const WeightSet& w) {
+  std::vector<std::string> dtypes;
+  for (const auto& [dtype, n] : w.dtype_counts()) dtypes.push_back(fmt::format("{} {}", n, dtype_name(dtype)));
+  return fmt::format("{} parameters in {} tensors ({})", count(w.parameter_count()), w.size(), fmt::join(dtypes, ", "));
+}
+
+// The keys nothing reads, a few by name and the rest counted.
+std::string key_list(const std::vector<std::string>& keys, size_t shown) {
+  std::string out;
+  for (size_t i = 0; i < keys.size() && i < shown; ++i) out += fmt::format("    {}\n", keys[i]);
+  if (keys.size() > shown) out += fmt::format("    ... and {} more\n", keys.size() - shown);
+  return out;
+}
+
 }  // namespace
 
-std::optional<Result<std::string>> describe_weights_file(const std::string& path) {
-  if (has_extension(path, ".safetensors")) {
-    auto tensors = safetensors_read(path);
-    if (!tensors.ok()) return Result<std::string>(tensors.status());
-    std::string out = fmt::format("{}: {} tensors\n", path, tensors->size());
-    for (const auto& [name, t] : *tensors)
-      out += fmt::format("  {}: {}{}\n", name, dtype_name(t.dtype()), shape_to_string(t.shape()));
-    return Result<std::string>(out);
+std::string ModelRef::label() const { return component.empty() ? path : fmt::format("{} ({})", path, component); }
+
+void add_model_flags(CLI::App* cmd, ModelRef& ref, const std::string& what) {
+  CLI::Option* positional = cmd->add_option("MODEL", ref.path, what);
+  cmd->add_option("--model,-m", ref.path, "the same as MODEL")->excludes(positional);
+  cmd->add_option("--component", ref.component,
+                  "the network of a model folder or checkpoint: unet (default), text_encoder, vae_decoder or "
+                  "vae_encoder");
+  cmd->add_option("--variant", ref.variant, "a diffusers folder's weights variant, e.g. fp16");
+}
+
+Result<Graph> load_model(const ModelRef& ref, std::map<std::string, int64_t>* default_dims) {
+  if (ref.path.empty()) return invalid_argument("a MODEL is required (an ONNX file, a model folder or a checkpoint)");
+  if (looks_like_plan_file(ref.path))
+    return invalid_argument("{}: a compiled .kplan, which only kiln run loads; give the ONNX model it was compiled from",
+                            ref.path);
+  if (has_extension(ref.path, ".npy")) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, npy_read(ref.path));
+    return invalid_argument("{}: holds tensors only, not a model; give an ONNX file or a checkpoint", ref.path);
   }
-  if (has_extension(path, ".npy")) {
-    auto t = npy_read(path);
-    if (!t.ok()) return Result<std::string>(t.status());
-    return Result<std::string>(fmt::format("{}: {}{}\n", path, dtype_name(t->dtype()), shape_to_string(t->shape())));
+  bool checkpoint = is_checkpoint_path(ref.path);
+  if (checkpoint && has_extension(ref.path, ".safetensors")) {
+    KILN_ASSIGN_OR_RETURN(checkpoint, holds_sd_unet(ref.path));
+    if (!checkpoint)
+      return invalid_argument("{}: holds tensors only, not a model; give an ONNX file or a checkpoint (this holds "
+                              "no Stable Diffusion UNet)",
+                              ref.path);
   }
-  return std::nullopt;
+  if (!checkpoint) {
+    if (!ref.component.empty() || !ref.variant.empty())
+      return invalid_argument("{}: --component and --variant pick from a model folder or checkpoint, not a file",
+                              ref.path);
+    return onnx_import_file(ref.path);
+  }
+  ModelRef r = ref;
+  if (r.component.empty()) r.component = "unet";
+  KILN_RETURN_IF_ERROR(check_component(r));
+  KILN_ASSIGN_OR_RETURN(CheckpointFormat format, checkpoint_format(r.path));
+  if (format != CheckpointFormat::kOnnxFolder) return checkpoint_graph(r, default_dims);
+  if (!r.variant.empty()) return invalid_argument("{}: --variant picks a diffusers folder's weights", r.path);
+  const std::string file = (fs::path(r.path) / r.component / "model.onnx").string();
+  if (!fs::exists(file)) return not_found("{}: missing from the model folder", file);
+  return onnx_import_file(file);
 }
 
 Result<std::pair<std::string, std::string>> split_assignment(const std::string& s, std::string_view flag) {
@@ -54,15 +152,73 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::vector<std::string>
   return dims;
 }
 
-Result<Graph> load_model(const std::string& path) {
-  if (looks_like_plan_file(path))
-    return invalid_argument("{}: a compiled .kplan, which only kiln run loads; give the ONNX model it was compiled from",
-                            path);
-  if (auto weights = describe_weights_file(path)) {
-    if (!weights->ok()) return weights->status();
-    return invalid_argument("{}: holds tensors only, not a model; give an ONNX file", path);
+std::optional<Result<std::string>> describe_weights_file(const std::string& path) {
+  if (has_extension(path, ".safetensors")) {
+    auto sd = holds_sd_unet(path);
+    if (sd.ok() && *sd) return std::nullopt;  // a checkpoint: describe_checkpoint's
+    auto tensors = safetensors_read(path);
+    if (!tensors.ok()) return Result<std::string>(tensors.status());
+    std::string out = fmt::format("{}: {} tensors\n", path, tensors->size());
+    for (const auto& [name, t] : *tensors)
+      out += fmt::format("  {}: {}{}\n", name, dtype_name(t.dtype()), shape_to_string(t.shape()));
+    return Result<std::string>(out);
   }
-  return onnx_import_file(path);
+  if (has_extension(path, ".npy")) {
+    auto t = npy_read(path);
+    if (!t.ok()) return Result<std::string>(t.status());
+    return Result<std::string>(fmt::format("{}: {}{}\n", path, dtype_name(t->dtype()), shape_to_string(t->shape())));
+  }
+  return std::nullopt;
+}
+
+std::optional<Result<std::string>> describe_checkpoint(const ModelRef& ref) {
+  if (!is_checkpoint_path(ref.path)) return std::nullopt;
+  auto format = checkpoint_format(ref.path);
+  if (format.ok() && *format == CheckpointFormat::kOnnxFolder) return std::nullopt;
+  auto opened = sd_model_open(ref.path, {.variant = ref.variant});
+  if (!opened.ok()) return Result<std::string>(opened.status());
+  const SdModel& m = **opened;
+  // Building every network marks the weights each reads: what is left is unused.
+  for (Status s : {sd_unet_graph(m.unet_config, m.unet).status(),
+                   m.has_text_encoder ? clip_text_graph(m.text_config, m.text_encoder).status() : ok_status(),
+                   m.has_vae && m.vae_config.has_decoder ? vae_decoder_graph(m.vae_config, m.vae).status() : ok_status(),
+                   m.has_vae && m.vae_config.has_encoder ? vae_encoder_graph(m.vae_config, m.vae).status() : ok_status()})
+    if (!s.ok()) return Result<std::string>(s.with_context(ref.path));
+  const SdUnetConfig& u = m.unet_config;
+  std::string out = fmt::format("{}: {}, {}{}\n", ref.path, sd_family_name(m.family), checkpoint_format_name(m.format),
+                                m.variant.empty() ? "" : fmt::format(", variant {}", m.variant));
+  out += fmt::format("unet: {}\n", weights_line(m.unet));
+  out += fmt::format(
+      "  {} levels of {} channels, resnets a level {}, attention depth down {} up {} middle {}, heads {}, context "
+      "{}, proj_in {}, {}time embedding {}, {} latent channels, trained at {}x{} latents\n",
+      u.levels(), fmt::join(u.block_out_channels, "/"), u.layers_per_block, fmt::join(u.down_depth, "/"),
+      fmt::join(u.up_depth, "/"), u.mid_depth, fmt::join(u.heads, "/"), u.context_dim,
+      u.linear_projection ? "linear" : "1x1 conv", u.upcast_attention ? "attention upcast to f32, " : "",
+      u.time_embed_dim, u.in_channels, u.sample_size, u.sample_size);
+  if (m.has_vae) {
+    const VaeConfig& v = m.vae_config;
+    out += fmt::format("vae: {}\n", weights_line(m.vae));
+    out += fmt::format("  {} levels of {} channels, resnets a level {}, {} latent channels, {}x per side, scaling "
+                       "factor {}, {}\n",
+                       v.block_out_channels.size(), fmt::join(v.block_out_channels, "/"), v.layers_per_block,
+                       v.latent_channels, v.factor(), v.scaling_factor,
+                       v.has_encoder && v.has_decoder ? "encoder and decoder" : v.has_encoder ? "encoder only" : "decoder only");
+  }
+  if (m.has_text_encoder) {
+    const ClipTextConfig& t = m.text_config;
+    out += fmt::format("text_encoder: {}\n", weights_line(m.text_encoder));
+    out += fmt::format("  CLIP, width {}, {} layers run, {} heads, MLP {}, {}, vocabulary {}, {} positions\n", t.width,
+                       t.layers, t.heads, t.intermediate, t.activation, count(t.vocab_size), t.max_positions);
+  }
+  // By the keys the files give them (a packed tensor read as three counts once).
+  std::vector<std::string> unused = m.unclaimed_keys;
+  for (const WeightSet* w : {&m.unet, &m.vae, &m.text_encoder})
+    for (const std::string& name : w->unused()) unused.push_back(w->origin(name));
+  std::sort(unused.begin(), unused.end());
+  unused.erase(std::unique(unused.begin(), unused.end()), unused.end());
+  out += fmt::format("keys ignored: {} (EMA copies, schedule buffers, position ids)\n", m.ignored_keys.size());
+  out += fmt::format("keys unused: {}\n{}", unused.size(), key_list(unused, 20));
+  return Result<std::string>(out);
 }
 
 }  // namespace kiln::cli

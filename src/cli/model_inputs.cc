@@ -38,7 +38,8 @@ Result<Tensor> random_tensor(DType dtype, const Shape& shape, std::mt19937_64& r
 
 Result<ModelInputs> gather_inputs(const Graph& graph, const std::string& model,
                                   const std::vector<std::string>& input_flags,
-                                  const std::vector<std::string>& dim_flags, uint64_t seed) {
+                                  const std::vector<std::string>& dim_flags,
+                                  const std::map<std::string, int64_t>& defaults, uint64_t seed) {
   KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(dim_flags));
   const std::set<std::string> symbols = graph_input_symbols(graph);
   for (const auto& [name, size] : dims)
@@ -65,6 +66,11 @@ Result<ModelInputs> gather_inputs(const Graph& graph, const std::string& model,
         shape.push_back(d.value);
       } else if (auto it = dims.find(d.symbol); it != dims.end()) {
         shape.push_back(it->second);
+      } else if (auto usual = defaults.find(d.symbol); usual != defaults.end()) {
+        fmt::print(stderr, "kiln: note: input '{}' dim '{}' set to {}, the model's usual size (use --dim {}=N)\n",
+                   v->name, d.symbol, usual->second, d.symbol);
+        shape.push_back(usual->second);
+        dims[d.symbol] = usual->second;  // the other inputs sharing it agree
       } else {
         fmt::print(stderr, "kiln: note: input '{}' dim '{}' set to 1 (use --dim {}=N)\n", v->name,
                    d.symbol.empty() ? "?" : d.symbol, d.symbol.empty() ? "NAME" : d.symbol);

@@ -18,9 +18,11 @@ struct ModelInputs {
 };
 
 // `model` names the model in messages. A dim that neither a file nor --dim
-// fixes is set to 1, with a note on stderr.
+// fixes takes its size from `defaults` (the model's usual one), else 1,
+// with a note on stderr either way.
 Result<ModelInputs> gather_inputs(const Graph& graph, const std::string& model,
                                   const std::vector<std::string>& input_flags,
-                                  const std::vector<std::string>& dim_flags, uint64_t seed);
+                                  const std::vector<std::string>& dim_flags,
+                                  const std::map<std::string, int64_t>& defaults, uint64_t seed);
 
 }  // namespace kiln::cli

@@ -6,12 +6,13 @@
 #include <memory>
 #include <string>
 
+#include "cli/model_file.h"
 #include "runtime/plan_file.h"
 
 namespace kiln::cli {
 
 // Compiles `model` for the given symbolic dim sizes and writes `out`.
-Result<std::unique_ptr<Plan>> compile_to_file(const std::string& model, const std::map<std::string, int64_t>& dims,
+Result<std::unique_ptr<Plan>> compile_to_file(const ModelRef& model, const std::map<std::string, int64_t>& dims,
                                               const PassOptions& passes, const std::string& out);
 
 // The plan in `path`, recompiled (with a note on stderr) when it is stale

@@ -27,7 +27,7 @@ namespace kiln::cli {
 namespace {
 
 struct ProfileOptions {
-  std::string model;
+  ModelRef model;
   std::vector<std::string> inputs, dims;
   uint64_t seed = 0;
   int iters = 5;
@@ -84,24 +84,26 @@ Status profile(const ProfileOptions& opt) {
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
   if (opt.top < 0) return invalid_argument("--top must not be negative, got {}", opt.top);
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model));
-  if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, opt.model, opt.inputs, opt.dims, opt.seed));
+  std::map<std::string, int64_t> default_dims;
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model, &default_dims));
+  const std::string label = opt.model.label();
+  if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(label);
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, opt.dims, default_dims, opt.seed));
   {
     EagerExecutor check(graph);  // the same messages, naming the input files, as kiln run
-    if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+    if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);
   }
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& [name, t] : inputs.tensors) shapes.emplace_back(name, t.shape());
   KILN_ASSIGN_OR_RETURN(auto dims, input_dims(graph, shapes));
   auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes});
-  if (!compiled.ok()) return compiled.status().with_context(opt.model);
+  if (!compiled.ok()) return compiled.status().with_context(label);
   Plan& plan = **compiled;
   for (const auto& [name, t] : inputs.tensors) KILN_RETURN_IF_ERROR(plan.bind_input(name, t.view()));
-  for (int i = 0; i < opt.warmup; ++i) KILN_RETURN_IF_ERROR(plan.run().with_context(opt.model));
+  for (int i = 0; i < opt.warmup; ++i) KILN_RETURN_IF_ERROR(plan.run().with_context(label));
   std::vector<double> run_ms;
   auto timed = time_steps(plan, opt.iters, run_ms);
-  if (!timed.ok()) return timed.status().with_context(opt.model);
+  if (!timed.ok()) return timed.status().with_context(label);
   const std::vector<StepProfile>& steps = *timed;
   std::optional<MatmulPeak> peak;
   const DType peak_dtype = cli::peak_dtype(plan);
@@ -124,7 +126,7 @@ Status profile(const ProfileOptions& opt) {
 
   if (opt.json) {
     nlohmann::ordered_json j;
-    j["model"] = opt.model;
+    j["model"] = label;
     j["signature"] = signature_of(inputs.tensors);
     j["replays"] = opt.iters;
     j["run_ms_median"] = run_ms_median;
@@ -148,7 +150,7 @@ Status profile(const ProfileOptions& opt) {
     fmt::print("{}\n", j.dump(2));
     return ok_status();
   }
-  fmt::print("{}  ({})\n", opt.model, signature_of(inputs.tensors));
+  fmt::print("{}  ({})\n", label, signature_of(inputs.tensors));
   fmt::print("run: {:.3f} ms (median of {} replays), {:.3f} GFLOP", run_ms_median, opt.iters, double(run_flops) / 1e9);
   if (run_flops > 0) fmt::print(", {:.1f} GFLOP/s", rate(run_flops, run_ms_median));
   if (peak && run_flops > 0)
@@ -173,7 +175,7 @@ Handler add_profile_command(CLI::App& app) {
   auto opt = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand(
       "profile", "Show where a compiled model's time goes: per op kind and the slowest steps, with GFLOP/s");
-  cmd->add_option("MODEL", opt->model, "ONNX model file")->required();
+  add_model_flags(cmd, opt->model, "an ONNX file, or a model folder or checkpoint");
   cmd->add_option("--input,-i", opt->inputs, "NAME=FILE.npy: an input tensor (random of the declared shape when omitted)");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (default 1)");
   cmd->add_option("--seed", opt->seed, "seed for random inputs")->default_val(0);

@@ -21,7 +21,7 @@ namespace kiln::cli {
 namespace {
 
 struct RunOptions {
-  std::string model;
+  ModelRef model;
   std::vector<std::string> inputs;  // NAME=FILE.npy
   std::vector<std::string> dims;    // NAME=VALUE
   std::string output_dir;
@@ -113,23 +113,23 @@ Status run_plan_file(const RunOptions& opt) {
   if (opt.mode != "graph" || opt.reference || !opt.pass_flags.fusion_switch.empty() || !opt.dims.empty() ||
       opt.pass_flags.precision != "f32" || !opt.pass_flags.precision_policy.empty())
     return invalid_argument("{}: a .kplan runs as compiled (graph mode, fixed shapes, its precision): give the ONNX "
-                            "model for --mode, --reference, --fusion-switch, --precision or --dim", opt.model);
+                            "model for --mode, --reference, --fusion-switch, --precision or --dim", opt.model.path);
   RunReport report{.mode = "graph", .plan_cache_hit = true, .plan_hits = 1};  // the on-disk cache
   auto start = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, load_plan_file(opt.model));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, load_plan_file(opt.model.path));
   report.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   report.signature = plan->signature();
   report.flops = plan->stats().flops;
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(plan->graph(), opt.model, opt.inputs, {}, opt.seed));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(plan->graph(), opt.model.path, opt.inputs, {}, {}, opt.seed));
   start = std::chrono::steady_clock::now();
   for (const auto& [name, t] : inputs.tensors) {
     Status s = plan->bind_input(name, t.view());
-    if (!s.ok()) return s.with_context(inputs.sources.count(name) ? opt.model + ": " + inputs.sources[name] : opt.model);
+    if (!s.ok()) return s.with_context(inputs.sources.count(name) ? opt.model.path + ": " + inputs.sources[name] : opt.model.path);
   }
   report.bind_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   RunProfile steps;
   start = std::chrono::steady_clock::now();
-  if (Status s = plan->run(opt.op_times || !opt.trace.empty() ? &steps : nullptr); !s.ok()) return s.with_context(opt.model);
+  if (Status s = plan->run(opt.op_times || !opt.trace.empty() ? &steps : nullptr); !s.ok()) return s.with_context(opt.model.path);
   report.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   report.steps = std::move(steps.steps);
   KILN_RETURN_IF_ERROR(write_profile(opt, report));
@@ -142,26 +142,28 @@ Status run_plan_file(const RunOptions& opt) {
 }
 
 Status run_model(const RunOptions& opt) {
-  if (looks_like_plan_file(opt.model)) return run_plan_file(opt);
-  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
+  if (looks_like_plan_file(opt.model.path)) return run_plan_file(opt);
+  std::map<std::string, int64_t> default_dims;
+  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model, &default_dims));
+  const std::string label = opt.model.label();
   KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, opt.model, opt.inputs, opt.dims, opt.seed));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, label, opt.inputs, opt.dims, default_dims, opt.seed));
   std::vector<Tensor> outputs;
   if (opt.reference || (opt.op_times && mode == ExecutionMode::kEager)) {
     if (mode != ExecutionMode::kEager) return invalid_argument("--reference runs the eager executor: add --mode eager");
-    if (Status s = assign_precision(g, passes.precision, nullptr); !s.ok()) return s.with_context(opt.model);
+    if (Status s = assign_precision(g, passes.precision, nullptr); !s.ok()) return s.with_context(label);
     EagerExecutor exec(g, opt.reference ? KernelSet::kReference : KernelSet::kCpu);
     exec.set_op_timing(opt.op_times);
-    if (Status s = exec.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+    if (Status s = exec.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);
     auto run = exec.run(inputs.tensors);
-    if (!run.ok()) return run.status().with_context(opt.model);
+    if (!run.ok()) return run.status().with_context(label);
     outputs = std::move(run).value();
     if (opt.op_times) print_op_times(exec);
   } else {
     {
       EagerExecutor check(g);  // the same messages, naming the input files, as eager mode
-      if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(opt.model);
+      if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);
     }
     RunnerOptions options{.mode = mode, .passes = passes, .profile_steps = opt.op_times || !opt.trace.empty()};
     options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
@@ -171,7 +173,7 @@ Status run_model(const RunOptions& opt) {
     KILN_ASSIGN_OR_RETURN(auto runner,
                           ModelRunner::create([&] { return load_model(opt.model); }, options, std::move(g)));
     auto run = runner->run(inputs.tensors);
-    if (!run.ok()) return run.status().with_context(opt.model);
+    if (!run.ok()) return run.status().with_context(label);
     KILN_RETURN_IF_ERROR(write_profile(opt, runner->last_report()));
     return report_outputs(opt, names, std::move(run).value());
   }
@@ -183,7 +185,7 @@ Status run_model(const RunOptions& opt) {
 Handler add_run_command(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and print (and optionally save) its outputs");
-  cmd->add_option("MODEL", opt->model, "ONNX model file, or a .kplan from kiln compile")->required();
+  add_model_flags(cmd, opt->model, "an ONNX file, a model folder or checkpoint, or a .kplan from kiln compile");
   cmd->add_option("--input,-i", opt->inputs, "NAME=FILE.npy: an input tensor (random of the declared shape when omitted)");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: size of a symbolic dimension (default 1)");
   cmd->add_option("--output-dir,-o", opt->output_dir, "write each output as DIR/<output name>.npy");

@@ -12,28 +12,34 @@ namespace kiln::cli {
 namespace {
 
 struct ShowOptions {
-  std::string model;
+  ModelRef model;
   std::vector<std::string> dims;
   bool optimize = false;
   PassFlags pass_flags;
 };
 
 Status show(const ShowOptions& opt) {
-  if (auto weights = describe_weights_file(opt.model)) {
+  if (auto weights = describe_weights_file(opt.model.path)) {
     if (!weights->ok()) return weights->status();
     fmt::print("{}", weights->value());
+    return ok_status();
+  }
+  // A checkpoint: a summary, unless a network's graph is asked for.
+  if (auto checkpoint = opt.model.component.empty() ? describe_checkpoint(opt.model) : std::nullopt) {
+    if (!checkpoint->ok()) return checkpoint->status();
+    fmt::print("{}", checkpoint->value());
     return ok_status();
   }
   KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
   if (!dims.empty()) {
-    if (Status s = specialize_shapes(g, dims); !s.ok()) return s.with_context(opt.model);
+    if (Status s = specialize_shapes(g, dims); !s.ok()) return s.with_context(opt.model.label());
   }
   if (opt.optimize) {
     KILN_ASSIGN_OR_RETURN(PassOptions options, pass_options(opt.pass_flags));
     PassStats stats;
     size_t before = g.nodes().size();
-    if (Status s = run_passes(g, options, &stats); !s.ok()) return s.with_context(opt.model);
+    if (Status s = run_passes(g, options, &stats); !s.ok()) return s.with_context(opt.model.label());
     fmt::print("# {} nodes -> {}", before, g.nodes().size());
     for (const auto& [pass, count] : stats.counts) fmt::print(", {} {}", pass, count);
     fmt::print("\n");
@@ -47,7 +53,9 @@ Status show(const ShowOptions& opt) {
 Handler add_show_command(CLI::App& app) {
   auto opt = std::make_shared<ShowOptions>();
   CLI::App* cmd = app.add_subcommand("show", "Print a model's graph: inputs, nodes with inferred shapes, outputs");
-  cmd->add_option("MODEL", opt->model, "ONNX model (.onnx), or a .safetensors/.npy file to list its tensors")->required();
+  add_model_flags(cmd, opt->model,
+                  "an ONNX file, a model folder or checkpoint (a summary; --component NAME for a network's graph), "
+                  "or a .safetensors/.npy file to list its tensors");
   cmd->add_option("--dim", opt->dims, "NAME=VALUE: fix a symbolic dimension (shapes are re-inferred)");
   cmd->add_flag("--optimize", opt->optimize, "show the graph after the pass pipeline (give every symbolic dim with --dim)");
   add_pass_flags(cmd, opt->pass_flags);

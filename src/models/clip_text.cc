@@ -8,7 +8,7 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kMaxLayers = 128, kMaxPositions = 4096;
+constexpr int64_t kMaxLayers = 128, kMaxPositions = 1024;  // CLIP's text towers have 77
 
 Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t rank) {
   std::optional<Shape> s = w.shape_of(name);
@@ -16,6 +16,7 @@ Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t r
   if (s->size() != rank)
     return invalid_argument("{}: '{}' has shape {}, expected rank {}", w.label(), w.origin(name), shape_to_string(*s),
                             rank);
+  KILN_RETURN_IF_ERROR(w.check_dims(name));
   return *s;
 }
 

@@ -184,13 +184,13 @@ std::optional<std::string> clip_name_from_hf(std::string_view key) {
   return std::nullopt;
 }
 
-Status add_open_clip_weights(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& origin,
-                             WeightSet& out) {
+Status add_open_clip_weights(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                             const std::string& origin_prefix, WeightSet& out) {
   static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
       {"ln_1.", "layer_norm1."}, {"ln_2.", "layer_norm2."}, {"attn.out_proj.", "self_attn.out_proj."},
       {"mlp.c_fc.", "mlp.fc1."}, {"mlp.c_proj.", "mlp.fc2."}};
   for (const auto& [key, t] : tensors) {
-    const std::string where = fmt::format("{}: {}", origin, key);
+    const std::string where = origin_prefix + key;
     std::string_view s = key;
     int64_t n = 0;
     if (s == "token_embedding.weight") {
@@ -223,7 +223,7 @@ Status add_open_clip_weights(const std::vector<std::pair<std::string, Tensor>>& 
           break;
         }
       if (!mapped) KILN_RETURN_IF_ERROR(out.add(key, t, where));  // kept, reported unused
-    } else if (s != "logit_scale") {
+    } else {
       KILN_RETURN_IF_ERROR(out.add(key, t, where));  // kept, reported unused
     }
   }

@@ -53,10 +53,10 @@ std::string vae_name_from_old_diffusers(std::string_view key);
 // (and transformers >= 5) leave it out; nullopt for position_ids, a buffer.
 std::optional<std::string> clip_name_from_hf(std::string_view key);
 
-// Adds OpenCLIP text-tower tensors to `out` under Hugging Face's names
-// (`origin` names the file in messages). text_projection ([in, out], SDXL's
-// pooled output) is kept under its own name; logit_scale is skipped.
-Status add_open_clip_weights(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& origin,
-                             WeightSet& out);
+// Adds OpenCLIP text-tower tensors to `out` under Hugging Face's names;
+// each one's origin is `origin_prefix` + its key. text_projection ([in,
+// out], SDXL's pooled output) is kept under its own name.
+Status add_open_clip_weights(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                             const std::string& origin_prefix, WeightSet& out);
 
 }  // namespace kiln

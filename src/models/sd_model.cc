@@ -54,20 +54,18 @@ Tensor as_linear_weight(const std::string& name, const Tensor& t) {
 
 using Keyed = std::vector<std::pair<std::string, Tensor>>;
 
-Status open_single_file(SdModel& m) {
-  KILN_ASSIGN_OR_RETURN(NamedTensorList tensors, safetensors_read(m.path));
-  m.files.push_back(m.path);
+Status open_single_file(SdModel& m, NamedTensorList tensors) {
   Keyed unet, vae, clip, open_clip;
   for (auto& [key, t] : tensors) {
     std::string_view prefix;
     if (key.starts_with(kUnetPrefix)) unet.emplace_back(key.substr(kUnetPrefix.size()), t);
     else if (starts_with_any(key, {kVaePrefixes[0], kVaePrefixes[1]}, &prefix)) vae.emplace_back(key.substr(prefix.size()), t);
     else if (key.starts_with(kClipPrefix)) clip.emplace_back(key.substr(kClipPrefix.size()), t);
+    else if (ignored_key(key)) m.ignored_keys.push_back(key);
     else if (key.starts_with(kOpenClipPrefix)) open_clip.emplace_back(key.substr(kOpenClipPrefix.size()), t);
     else if (key.starts_with("conditioner.embedders."))
       return unsupported("{}: a Stable Diffusion XL checkpoint (conditioner.embedders.*); kiln runs SD 1.x and 2.x",
                          m.path);
-    else if (ignored_key(key)) m.ignored_keys.push_back(key);
     else m.unclaimed_keys.push_back(key);
   }
   if (unet.empty())
@@ -156,28 +154,54 @@ Result<std::vector<int64_t>> heads_from_config(const nlohmann::json& v, int64_t 
   return heads;
 }
 
+Status configure(SdModel& model, const nlohmann::json& unet_json, const nlohmann::json& vae_json,
+                 const nlohmann::json& text_json);
+
 }  // namespace
 
 const char* sd_family_name(SdFamily family) { return family == SdFamily::kSd2 ? "SD 2.x" : "SD 1.x"; }
 
 Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const SdModelOptions& options) {
+  KILN_ASSIGN_OR_RETURN(CheckpointFormat format, checkpoint_format(path));
+  if (format == CheckpointFormat::kSingleFile) {
+    KILN_ASSIGN_OR_RETURN(NamedTensorList tensors, safetensors_read(path));
+    return sd_model_from_tensors(std::move(tensors), path);
+  }
+  if (format != CheckpointFormat::kDiffusersFolder)
+    return invalid_argument("{}: an ONNX folder, which kiln imports as ONNX, not as a checkpoint", path);
   auto m = std::make_shared<SdModel>();
   m->path = path;
-  KILN_ASSIGN_OR_RETURN(m->format, checkpoint_format(path));
-  nlohmann::json unet_json = nlohmann::json::object(), vae_json = nlohmann::json::object(),
-                 text_json = nlohmann::json::object();
-  if (m->format == CheckpointFormat::kSingleFile) {
-    KILN_RETURN_IF_ERROR(open_single_file(*m));
-  } else if (m->format == CheckpointFormat::kDiffusersFolder) {
-    KILN_RETURN_IF_ERROR(open_folder(*m, options));
-    const fs::path dir(path);
-    KILN_ASSIGN_OR_RETURN(unet_json, read_json_file((dir / "unet" / "config.json").string(), size_t(1) << 20, true));
-    KILN_ASSIGN_OR_RETURN(vae_json, read_json_file((dir / "vae" / "config.json").string(), size_t(1) << 20, true));
-    KILN_ASSIGN_OR_RETURN(text_json,
-                          read_json_file((dir / "text_encoder" / "config.json").string(), size_t(1) << 20, true));
-  } else {
-    return invalid_argument("{}: an ONNX folder, which kiln imports as ONNX, not as a checkpoint", path);
+  m->format = format;
+  KILN_RETURN_IF_ERROR(open_folder(*m, options));
+  const fs::path dir(path);
+  nlohmann::json configs[3];
+  const char* components[3] = {"unet", "vae", "text_encoder"};
+  for (int i = 0; i < 3; ++i) {
+    KILN_ASSIGN_OR_RETURN(configs[i], read_json_file((dir / components[i] / "config.json").string(), size_t(1) << 20, true));
   }
+  KILN_RETURN_IF_ERROR(configure(*m, configs[0], configs[1], configs[2]));
+  return m;
+}
+
+Result<std::shared_ptr<SdModel>> sd_model_from_tensors(NamedTensorList tensors, const std::string& path) {
+  auto m = std::make_shared<SdModel>();
+  m->path = path;
+  m->format = CheckpointFormat::kSingleFile;
+  m->files.push_back(path);
+  KILN_RETURN_IF_ERROR(open_single_file(*m, std::move(tensors)));
+  const nlohmann::json none = nlohmann::json::object();
+  KILN_RETURN_IF_ERROR(configure(*m, none, none, none));
+  return m;
+}
+
+namespace {
+
+// The family and each network's configuration, from the weights and (a
+// folder's) config.json files.
+Status configure(SdModel& model, const nlohmann::json& unet_json, const nlohmann::json& vae_json,
+                 const nlohmann::json& text_json) {
+  SdModel* m = &model;
+  const std::string& path = m->path;
   const bool single = m->format == CheckpointFormat::kSingleFile;
 
   // The UNet says which family; a single file's text encoder must agree.
@@ -270,7 +294,9 @@ Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const Sd
     if (auto it = text_json.find("layer_norm_eps"); it != text_json.end() && it->is_number())
       m->text_config.eps = it->get<float>();
   }
-  return m;
+  return ok_status();
 }
+
+}  // namespace
 
 }  // namespace kiln

@@ -52,5 +52,7 @@ struct SdModel {
 };
 
 Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const SdModelOptions& options);
+// A single file's tensors, already read (`path` names it in messages).
+Result<std::shared_ptr<SdModel>> sd_model_from_tensors(NamedTensorList tensors, const std::string& path);
 
 }  // namespace kiln

@@ -58,6 +58,7 @@ Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t r
   if (s->size() != rank)
     return invalid_argument("{}: '{}' has shape {}, expected rank {}", w.label(), w.origin(name), shape_to_string(*s),
                             rank);
+  KILN_RETURN_IF_ERROR(w.check_dims(name));
   return *s;
 }
 

@@ -34,6 +34,7 @@ Result<Shape> weight_shape(const WeightSet& w, const std::string& name) {
   if (!s) return not_found("{}: the weight '{}' is missing (is this a Stable Diffusion VAE?)", w.label(), name);
   if (s->size() != 4) return invalid_argument("{}: '{}' has shape {}, expected a convolution's [out, in, kh, kw]",
                                               w.label(), w.origin(name), shape_to_string(*s));
+  KILN_RETURN_IF_ERROR(w.check_dims(name));
   return *s;
 }
 

@@ -50,6 +50,16 @@ std::optional<Shape> WeightSet::shape_of(std::string_view name) const {
   return it->second.tensor.shape();
 }
 
+Status WeightSet::check_dims(std::string_view name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return ok_status();
+  for (int64_t d : it->second.tensor.shape())
+    if (d < 1 || d > kMaxWidth)
+      return invalid_argument("{}: '{}' has shape {}: sizes must be 1 to {}", label_, it->second.origin,
+                              shape_to_string(it->second.tensor.shape()), kMaxWidth);
+  return ok_status();
+}
+
 std::vector<std::string> WeightSet::unused() const {
   std::vector<std::string> names;
   for (const auto& [name, entry] : entries_)

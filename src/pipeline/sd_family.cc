@@ -211,10 +211,6 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   if (single) {
     // SD 2.x's 768-pixel models predict v, its 512-pixel base models the noise.
     if (sd2) parts.sample_size = parts.scheduler.prediction_type == PredictionType::kVPrediction ? 96 : 64;
-    if (options.log)
-      options.log(fmt::format("{}: {}, {} ({}; --prediction eps|v to change), {} pixels by default", path,
-                              parts.description, prediction_name(parts.scheduler.prediction_type),
-                              options.prediction ? "as asked" : "the family's default", parts.sample_size * m->vae_config.factor()));
   }
 
   // Conditioner: SD 2.x's single files pad with "!", as its tokenizer does.
@@ -250,6 +246,12 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
                                                                 .factor = m->vae_config.factor(),
                                                                 .tile = m->vae_config.sample_size,
                                                                 .scaling_factor = m->vae_config.scaling_factor});
+  // What a single file's family decided, said once the model is wired.
+  if (single && options.log)
+    options.log(fmt::format("{}: {}, {} ({}; --prediction eps|v to change), {} pixels by default", path,
+                            parts.description, prediction_name(parts.scheduler.prediction_type),
+                            options.prediction ? "as asked" : "the family's default",
+                            parts.sample_size * m->vae_config.factor()));
   return parts;
 }
 

@@ -2,8 +2,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
+#include <vector>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -25,6 +28,39 @@ constexpr size_t kAlign = 64;
 // The checksum and the model hash: XXH3's 64 bits. (FNV-1a, a byte at a
 // time, took 2.3 s of a full-width SD UNet's 10 s load, for 2.2 GB.)
 uint64_t hash64(const void* p, size_t n) { return XXH3_64bits(p, n); }
+
+// A model's identity: a file's bytes; a folder's files (a checkpoint's
+// shards and configs), each with its relative path, in name order.
+Result<std::string> model_hash(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    KILN_ASSIGN_OR_RETURN(auto model, MappedFile::open(path));
+    return fmt::format("{:016x}", hash64(model->data(), model->size()));
+  }
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file(ec)) files.push_back(it->path());
+  if (ec) return invalid_argument("{}: cannot list the folder: {}", path, ec.message());
+  std::sort(files.begin(), files.end());
+  XXH3_state_t* state = XXH3_createState();
+  if (!state) return resource_exhausted("no memory for a hash state");
+  XXH3_64bits_reset(state);
+  for (const fs::path& file : files) {
+    const std::string relative = fs::relative(file, path).string();
+    auto mapped = MappedFile::open(file.string());
+    if (!mapped.ok()) {
+      XXH3_freeState(state);
+      return mapped.status();
+    }
+    XXH3_64bits_update(state, relative.data(), relative.size() + 1);  // its terminating zero separates the name
+    XXH3_64bits_update(state, (*mapped)->data(), (*mapped)->size());
+  }
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return fmt::format("{:016x}", h);
+}
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -131,7 +167,8 @@ json key_to_json(const PlanKey& k) {
           {"precision", k.precision},       {"model_path", k.model_path},
           {"model_hash", k.model_hash},     {"signature", k.signature},
           {"dims", k.dims},                 {"precision_policy", k.precision_policy},
-          {"disabled_passes", k.disabled_passes}};
+          {"disabled_passes", k.disabled_passes}, {"model_component", k.model_component},
+          {"model_variant", k.model_variant}};
 }
 
 }  // namespace
@@ -156,9 +193,8 @@ std::string current_isa() { return simd_targets::onednn_isa(); }
 
 Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
                              std::map<std::string, int64_t> dims) {
-  KILN_ASSIGN_OR_RETURN(auto model, MappedFile::open(model_path));
-  return PlanKey{KILN_VERSION_STRING, current_isa(), "f32", model_path,
-                 fmt::format("{:016x}", hash64(model->data(), model->size())), signature, std::move(dims)};
+  KILN_ASSIGN_OR_RETURN(std::string hash, model_hash(model_path));
+  return PlanKey{KILN_VERSION_STRING, current_isa(), "f32", model_path, hash, signature, std::move(dims)};
 }
 
 bool looks_like_plan_file(const std::string& path) {
@@ -339,7 +375,9 @@ Result<PlanKey> key_from_json(const json& k) {
                  k.at("signature").get<std::string>(),
                  k.at("dims").get<std::map<std::string, int64_t>>(),
                  k.value("precision_policy", std::string()),  // absent in older files
-                 k.value("disabled_passes", std::set<std::string>())};
+                 k.value("disabled_passes", std::set<std::string>()),
+                 k.value("model_component", std::string()),  // absent in older files: an ONNX file
+                 k.value("model_variant", std::string())};
 }
 
 // The header of a whole, uncorrupted file, and where its constants lie.
@@ -410,6 +448,10 @@ Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path, const Reco
   auto key = read_plan_key(path);
   if (!key.ok()) return loaded.status();
   auto now = plan_key_for(key->model_path, key->signature, key->dims);
+  if (now.ok()) {
+    now->model_component = key->model_component;
+    now->model_variant = key->model_variant;
+  }
   if (!now.ok() || now->model_hash != key->model_hash) return loaded.status();
   now->precision = key->precision;
   now->precision_policy = key->precision_policy;

@@ -40,6 +40,8 @@ struct PlanKey {
   // passes a fusion switch turned off.
   std::string precision_policy;
   std::set<std::string> disabled_passes;
+  // A model folder's or checkpoint's network, and its weights variant (empty for an ONNX file).
+  std::string model_component, model_variant;
 };
 
 // Records `passes` in `key` (precision, precision_policy, disabled_passes).
@@ -47,7 +49,9 @@ void set_key_passes(PlanKey& key, const PassOptions& passes);
 // The pass options `key` records.
 Result<PassOptions> key_passes(const PlanKey& key);
 
-// The key for `model_path` (hashing it) compiled here, now, for `signature`.
+// The key for `model_path` (hashing it: a file's bytes, or a folder's
+// files', each with its relative path, in name order) compiled here, now,
+// for `signature`.
 Result<PlanKey> plan_key_for(const std::string& model_path, const std::string& signature,
                              std::map<std::string, int64_t> dims);
 std::string current_isa();
