@@ -75,6 +75,21 @@ TEST(Plan, MatchesEagerAndReadsInputsInPlace) {
   for (size_t i = 0; i < second.size(); ++i) EXPECT_NEAR(second[i], eager_output(x)[i], 1e-6f) << i;
 }
 
+// An idle plan's arena given back to the system is mapped afresh by the
+// next run, which computes the same.
+TEST(Plan, RunsAgainAfterReleasingItsArena) {
+  auto plan = compile(8192);  // an arena of whole pages
+  ASSERT_TRUE(plan);
+  ASSERT_GT(plan->stats().arena_bytes, size_t(256) << 10);
+  Tensor x = ramp({8192, 8}, 0.0002f);
+  ASSERT_TRUE(plan->bind_input("x", x.view()).ok());
+  ASSERT_TRUE(plan->run().ok());
+  const std::vector<float> first = values(plan->output(0));
+  plan->release_arena_memory();
+  ASSERT_TRUE(plan->run().ok());
+  EXPECT_EQ(values(plan->output(0)), first);
+}
+
 TEST(Plan, WritesBoundOutputsIntoCallerMemory) {
   auto plan = compile(2);
   ASSERT_TRUE(plan);

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 
 namespace kiln {
@@ -21,6 +24,13 @@ void* allocate_huge(size_t bytes) {
   // resident whole. A refusal (THP off) just leaves 4 KB pages.
   madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   return p;
+}
+
+void release_pages(void* p, size_t bytes) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 }  // namespace kiln

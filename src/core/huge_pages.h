@@ -14,4 +14,9 @@ namespace kiln {
 // nullptr when none are left.
 void* allocate_huge(size_t bytes);
 
+// Gives the whole pages inside [p, p + bytes) of such a buffer back to the
+// system (MADV_DONTNEED): its contents are lost, its address stays valid,
+// and the next touch maps fresh zeroed pages.
+void release_pages(void* p, size_t bytes);
+
 }  // namespace kiln

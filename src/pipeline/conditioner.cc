@@ -33,6 +33,7 @@ Result<Tensor> Conditioner::encode(std::string_view prompt, std::string_view neg
                             dtype_name(hidden.dtype()), shape_to_string(hidden.shape()));
   KILN_ASSIGN_OR_RETURN(Tensor context, Tensor::empty(DType::kF32, hidden.shape()));
   std::memcpy(context.raw(), hidden.raw(), hidden.nbytes());
+  encoder_->release_arena_memory();  // idle until the next prompt: the other stages get its memory
   ms[1] = ms_since(start);
   return context;
 }

@@ -70,6 +70,7 @@ Result<Tensor> LatentCodec::encode(const RgbImage& image, int64_t batch, NoiseSt
     }
     x0.data<float>()[i] = z * spec_.scaling_factor;
   }
+  encoder_->release_arena_memory();  // its output read: idle until the next image
   return x0;
 }
 
@@ -129,7 +130,9 @@ Result<Tensor> LatentCodec::decode_tiled(const Tensor& z) {
 Result<Tensor> LatentCodec::decode(const Tensor& latents, bool tiled) {
   KILN_ASSIGN_OR_RETURN(Tensor z, copy_of(latents.view()));
   for (int64_t j = 0; j < z.numel(); ++j) z.data<float>()[j] /= spec_.scaling_factor;
-  return tiled ? decode_tiled(z) : decode_whole(z);
+  Result<Tensor> image = tiled ? decode_tiled(z) : decode_whole(z);
+  decoder_->release_arena_memory();  // the image is a copy; the arena idles until the next decode
+  return image;
 }
 
 std::vector<uint8_t> image_to_pixels(const Tensor& image) {

@@ -256,6 +256,9 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   if (whole_loop) KILN_RETURN_IF_ERROR(run_whole_loop(run, tables.steps(), x, g));
   else KILN_RETURN_IF_ERROR(run_host_loop(run, tables.steps(), x, g));
   g.times.denoise = ms_since(start);
+  // The denoiser idles while the VAE decodes: its working memory is the VAE's.
+  if (whole_loop) loop_plans_[run.key]->release_arena_memory();
+  else parts_.denoiser->runner().release_arena_memory();
   g.mode = whole_loop ? "graph-loop" : execution_mode_name(parts_.denoiser->runner().last_mode());
   g.latents = std::move(x);
   // Tiles when asked, or by default when a side is over twice the VAE's tile.

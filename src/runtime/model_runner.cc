@@ -66,6 +66,10 @@ Status ModelRunner::load_eager_weights() {
   return ok_status();
 }
 
+void ModelRunner::release_arena_memory() {
+  for (auto& [signature, plan] : plans_) plan->release_arena_memory();
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options,
                                                          std::optional<Graph> loaded) {
   if (!loaded) {

@@ -73,6 +73,9 @@ class ModelRunner {
   const RunnerStats& stats() const { return stats_; }
   // The plan for a signature, compiling it on a miss.
   Result<std::shared_ptr<Plan>> plan_for(const NamedTensors& inputs);
+  // Gives the idle plans' arenas back to the system (Plan::release_arena_memory):
+  // the last run's outputs are lost.
+  void release_arena_memory();
   // Whether the eager executor holds the model's weights (eager mode, and
   // auto while a signature runs eagerly), not just its inputs.
   bool holds_eager_weights() const { return eager_weights_; }

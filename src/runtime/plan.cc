@@ -404,6 +404,10 @@ Status Plan::prepare_kernels(std::vector<size_t>& scratch_bytes, bool keep_const
   return status;
 }
 
+void Plan::release_arena_memory() {
+  if (arena_) release_pages(arena_, stats_.arena_bytes);
+}
+
 Result<size_t> Plan::io_value(std::string_view name, bool input) const {
   const auto& list = input ? inputs_ : outputs_;
   for (size_t i = 0; i < list.size(); ++i)

@@ -117,6 +117,11 @@ class Plan {
   // `after_each` (optional) hears the iteration count after each pass, for progress.
   Status run_repeated(int64_t times, const std::function<void(int64_t)>& after_each = {});
 
+  // Gives the arena's memory back to the system while the plan sits idle
+  // (between the stages of a pipeline): the next run maps it afresh. The
+  // last run's outputs that live in the arena are lost.
+  void release_arena_memory();
+
   // Output i of the last run: the caller's buffer when bound, else a view
   // into the arena, valid until the next run.
   const TensorView& output(size_t i) const;
