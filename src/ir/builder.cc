@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ir/shape_inference.h"
-
 namespace kiln {
 
 GraphBuilder::GraphBuilder(std::string graph_name, int64_t opset) {
@@ -85,24 +83,9 @@ std::vector<Value*> GraphBuilder::ops(OpKind op, std::vector<Value*> inputs, siz
   std::vector<Value*> outs;
   for (size_t i = 0; i < outputs; ++i) outs.push_back(graph_.add_value(graph_.unique_name(fmt::format("{}_output_{}", label, i))));
   Node* node = graph_.add_node(op, label, std::move(inputs), outs, std::move(attrs));
-  InferContext ctx(*node);
-  ctx.inputs.resize(node->inputs.size());
-  for (size_t i = 0; i < node->inputs.size(); ++i) {
-    const Value* in = node->inputs[i];
-    if (!in) continue;
-    ctx.inputs[i] = TypeInfo{true, in->dtype, in->shape, in->constant};
-    if (auto it = inferred_values_.find(in); !in->constant && it != inferred_values_.end())
-      ctx.inputs[i].value = it->second;
-  }
-  ctx.outputs.resize(outs.size());
-  if (Status s = infer_node(ctx); !s.ok()) {
+  if (Status s = infer_node_outputs(*node, inferred_values_); !s.ok()) {
     fail(s);
     return std::vector<Value*>(std::max<size_t>(outputs, 1), poison());
-  }
-  for (size_t i = 0; i < outs.size(); ++i) {
-    outs[i]->dtype = ctx.outputs[i].dtype;
-    outs[i]->shape = ctx.outputs[i].shape;
-    if (ctx.outputs[i].value) inferred_values_[outs[i]] = *ctx.outputs[i].value;
   }
   return outs;
 }

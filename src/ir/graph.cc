@@ -230,30 +230,32 @@ std::set<std::string> graph_input_symbols(const Graph& g) {
   return names;
 }
 
+Status infer_node_outputs(Node& n, std::unordered_map<const Value*, Tensor>& known) {
+  InferContext ctx(n);
+  ctx.inputs.resize(n.inputs.size());
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Value* in = n.inputs[i];
+    if (!in) continue;
+    ctx.inputs[i] = TypeInfo{true, in->dtype, in->shape, in->constant};
+    if (auto it = known.find(in); !in->constant && it != known.end()) ctx.inputs[i].value = it->second;
+  }
+  ctx.outputs.resize(n.outputs.size());
+  KILN_RETURN_IF_ERROR(infer_node(ctx));
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    Value* out = n.outputs[i];
+    if (!out) continue;
+    out->dtype = ctx.outputs[i].dtype;
+    if (ctx.outputs[i].shape) out->shape = ctx.outputs[i].shape;
+    if (ctx.outputs[i].value) known[out] = *ctx.outputs[i].value;
+  }
+  return ok_status();
+}
+
 Status graph_infer_shapes(Graph& g) {
   // Values inference could compute (e.g. Shape of a fully known shape) flow
   // on to later nodes, so shape chains resolve where their inputs are known.
-  std::unordered_map<const Value*, Tensor> inferred_values;
-  for (const auto& n : g.nodes()) {
-    InferContext ctx(*n);
-    ctx.inputs.resize(n->inputs.size());
-    for (size_t i = 0; i < n->inputs.size(); ++i) {
-      const Value* in = n->inputs[i];
-      if (!in) continue;
-      ctx.inputs[i] = TypeInfo{true, in->dtype, in->shape, in->constant};
-      if (auto it = inferred_values.find(in); !in->constant && it != inferred_values.end())
-        ctx.inputs[i].value = it->second;
-    }
-    ctx.outputs.resize(n->outputs.size());
-    KILN_RETURN_IF_ERROR(infer_node(ctx));
-    for (size_t i = 0; i < n->outputs.size(); ++i) {
-      Value* out = n->outputs[i];
-      if (!out) continue;
-      out->dtype = ctx.outputs[i].dtype;
-      if (ctx.outputs[i].shape) out->shape = ctx.outputs[i].shape;
-      if (ctx.outputs[i].value) inferred_values[out] = *ctx.outputs[i].value;
-    }
-  }
+  std::unordered_map<const Value*, Tensor> known;
+  for (const auto& n : g.nodes()) KILN_RETURN_IF_ERROR(infer_node_outputs(*n, known));
   return ok_status();
 }
 

@@ -134,6 +134,9 @@ std::set<std::string> graph_input_symbols(const Graph& g);
 
 // Fills Value::dtype/shape for every node output from its inputs.
 Status graph_infer_shapes(Graph& g);
+// The same for one node: `known` holds what inference could evaluate of
+// earlier values (shape arithmetic), and gains this node's outputs'.
+Status infer_node_outputs(Node& node, std::unordered_map<const Value*, Tensor>& known);
 
 // Text form, one line per node: `%y: f32[batch,8] = Relu(%x)  # relu0`.
 std::string graph_to_string(const Graph& g);

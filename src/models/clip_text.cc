@@ -10,16 +10,6 @@ namespace {
 
 constexpr int64_t kMaxLayers = 128, kMaxPositions = 1024;  // CLIP's text towers have 77
 
-Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t rank) {
-  std::optional<Shape> s = w.shape_of(name);
-  if (!s) return not_found("{}: the weight '{}' is missing (is this a CLIP text encoder?)", w.label(), name);
-  if (s->size() != rank)
-    return invalid_argument("{}: '{}' has shape {}, expected rank {}", w.label(), w.origin(name), shape_to_string(*s),
-                            rank);
-  KILN_RETURN_IF_ERROR(w.check_dims(name));
-  return *s;
-}
-
 // A pre-LN block: causal self-attention, then the MLP, each residual.
 Value* encoder_layer(NetBuilder& n, const ClipTextConfig& c, Value* x, Value* causal_mask, std::string_view module) {
   GraphBuilder::Scope scope = n.b.scope(module);
@@ -41,9 +31,9 @@ Value* encoder_layer(NetBuilder& n, const ClipTextConfig& c, Value* x, Value* ca
 
 Result<ClipTextConfig> clip_text_config_from_weights(const WeightSet& w) {
   ClipTextConfig c;
-  KILN_ASSIGN_OR_RETURN(Shape tokens, weight_shape(w, "text_model.embeddings.token_embedding.weight", 2));
-  KILN_ASSIGN_OR_RETURN(Shape positions, weight_shape(w, "text_model.embeddings.position_embedding.weight", 2));
-  KILN_ASSIGN_OR_RETURN(Shape fc1, weight_shape(w, "text_model.encoder.layers.0.mlp.fc1.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape tokens, w.checked_shape("text_model.embeddings.token_embedding.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape positions, w.checked_shape("text_model.embeddings.position_embedding.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape fc1, w.checked_shape("text_model.encoder.layers.0.mlp.fc1.weight", 2));
   c.vocab_size = tokens[0];
   c.width = tokens[1];
   c.max_positions = positions[0];

@@ -52,16 +52,6 @@ Value* transformer(NetBuilder& n, const SdUnetConfig& c, Value* x, Value* contex
   return n.conv(n.from_tokens(h, x), "proj_out", {.residual = x});
 }
 
-Result<Shape> weight_shape(const WeightSet& w, const std::string& name, size_t rank) {
-  std::optional<Shape> s = w.shape_of(name);
-  if (!s) return not_found("{}: the weight '{}' is missing (is this a Stable Diffusion UNet?)", w.label(), name);
-  if (s->size() != rank)
-    return invalid_argument("{}: '{}' has shape {}, expected rank {}", w.label(), w.origin(name), shape_to_string(*s),
-                            rank);
-  KILN_RETURN_IF_ERROR(w.check_dims(name));
-  return *s;
-}
-
 }  // namespace
 
 Value* timestep_embedding(NetBuilder& n, Value* t, int64_t dim) {
@@ -74,9 +64,9 @@ Value* timestep_embedding(NetBuilder& n, Value* t, int64_t dim) {
 
 Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& w) {
   SdUnetConfig c;
-  KILN_ASSIGN_OR_RETURN(Shape conv_in, weight_shape(w, "conv_in.weight", 4));
-  KILN_ASSIGN_OR_RETURN(Shape conv_out, weight_shape(w, "conv_out.weight", 4));
-  KILN_ASSIGN_OR_RETURN(Shape time, weight_shape(w, "time_embedding.linear_1.weight", 2));
+  KILN_ASSIGN_OR_RETURN(Shape conv_in, w.checked_shape("conv_in.weight", 4));
+  KILN_ASSIGN_OR_RETURN(Shape conv_out, w.checked_shape("conv_out.weight", 4));
+  KILN_ASSIGN_OR_RETURN(Shape time, w.checked_shape("time_embedding.linear_1.weight", 2));
   c.in_channels = conv_in[1];
   c.out_channels = conv_out[0];
   c.time_embed_dim = time[0];
@@ -91,7 +81,7 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& w) {
   std::string attention;  // the first transformer block's prefix: its shapes give the context and proj_in
   for (int64_t i = 0; i < levels; ++i) {
     const std::string down = fmt::format("down_blocks.{}.", i), up = fmt::format("up_blocks.{}.", i);
-    KILN_ASSIGN_OR_RETURN(Shape conv1, weight_shape(w, down + "resnets.0.conv1.weight", 4));
+    KILN_ASSIGN_OR_RETURN(Shape conv1, w.checked_shape(down + "resnets.0.conv1.weight", 4));
     c.block_out_channels.push_back(conv1[0]);
     c.down_depth.push_back(w.indexed_count(down + "attentions.0.transformer_blocks."));
     c.up_depth.push_back(w.indexed_count(up + "attentions.0.transformer_blocks."));
@@ -106,7 +96,7 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& w) {
   for (int64_t d : c.down_depth)
     if (d > kMaxDepth) return invalid_argument("{}: {} transformer blocks in one attention", w.label(), d);
   if (!attention.empty()) {
-    KILN_ASSIGN_OR_RETURN(Shape to_k, weight_shape(w, attention + "transformer_blocks.0.attn2.to_k.weight", 2));
+    KILN_ASSIGN_OR_RETURN(Shape to_k, w.checked_shape(attention + "transformer_blocks.0.attn2.to_k.weight", 2));
     c.context_dim = to_k[1];
     std::optional<Shape> proj_in = w.shape_of(attention + "proj_in.weight");
     if (!proj_in || (proj_in->size() != 2 && proj_in->size() != 4))

@@ -29,15 +29,6 @@ Value* norm_out(NetBuilder& n, const VaeConfig& c, Value* h) {
   return n.conv(n.group_norm(h, "conv_norm_out", c.norm_groups, c.norm_eps, true), "conv_out", {.pad = 1});
 }
 
-Result<Shape> weight_shape(const WeightSet& w, const std::string& name) {
-  std::optional<Shape> s = w.shape_of(name);
-  if (!s) return not_found("{}: the weight '{}' is missing (is this a Stable Diffusion VAE?)", w.label(), name);
-  if (s->size() != 4) return invalid_argument("{}: '{}' has shape {}, expected a convolution's [out, in, kh, kw]",
-                                              w.label(), w.origin(name), shape_to_string(*s));
-  KILN_RETURN_IF_ERROR(w.check_dims(name));
-  return *s;
-}
-
 }  // namespace
 
 Result<VaeConfig> vae_config_from_weights(const WeightSet& w) {
@@ -55,7 +46,7 @@ Result<VaeConfig> vae_config_from_weights(const WeightSet& w) {
     // The decoder's up_blocks.i is the encoder's level levels - 1 - i.
     const std::string name = c.has_encoder ? fmt::format("encoder.down_blocks.{}.resnets.0.conv1.weight", i)
                                            : fmt::format("decoder.up_blocks.{}.resnets.0.conv1.weight", i);
-    KILN_ASSIGN_OR_RETURN(Shape conv1, weight_shape(w, name));
+    KILN_ASSIGN_OR_RETURN(Shape conv1, w.checked_shape(name, 4));
     c.block_out_channels[size_t(c.has_encoder ? i : levels - 1 - i)] = conv1[0];
   }
   c.layers_per_block = c.has_encoder ? w.indexed_count("encoder.down_blocks.0.resnets.")
@@ -66,14 +57,14 @@ Result<VaeConfig> vae_config_from_weights(const WeightSet& w) {
     if (w.indexed_count("decoder.up_blocks.") != levels)
       return invalid_argument("{}: the encoder has {} levels and the decoder {}", w.label(), levels,
                               w.indexed_count("decoder.up_blocks."));
-    KILN_ASSIGN_OR_RETURN(Shape post, weight_shape(w, "post_quant_conv.weight"));
-    KILN_ASSIGN_OR_RETURN(Shape out, weight_shape(w, "decoder.conv_out.weight"));
+    KILN_ASSIGN_OR_RETURN(Shape post, w.checked_shape("post_quant_conv.weight", 4));
+    KILN_ASSIGN_OR_RETURN(Shape out, w.checked_shape("decoder.conv_out.weight", 4));
     c.latent_channels = post[0];
     c.image_channels = out[0];
   }
   if (c.has_encoder) {
-    KILN_ASSIGN_OR_RETURN(Shape quant, weight_shape(w, "quant_conv.weight"));
-    KILN_ASSIGN_OR_RETURN(Shape in, weight_shape(w, "encoder.conv_in.weight"));
+    KILN_ASSIGN_OR_RETURN(Shape quant, w.checked_shape("quant_conv.weight", 4));
+    KILN_ASSIGN_OR_RETURN(Shape in, w.checked_shape("encoder.conv_in.weight", 4));
     if (c.has_decoder && quant[0] != 2 * c.latent_channels)
       return invalid_argument("{}: quant_conv makes {} channels, not twice the decoder's {} latent channels", w.label(),
                               quant[0], c.latent_channels);

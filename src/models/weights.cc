@@ -50,14 +50,18 @@ std::optional<Shape> WeightSet::shape_of(std::string_view name) const {
   return it->second.tensor.shape();
 }
 
-Status WeightSet::check_dims(std::string_view name) const {
+Result<Shape> WeightSet::checked_shape(std::string_view name, size_t rank) const {
   auto it = entries_.find(name);
-  if (it == entries_.end()) return ok_status();
-  for (int64_t d : it->second.tensor.shape())
+  if (it == entries_.end()) return not_found("{}: the weight '{}' is missing", label_, name);
+  const Shape& shape = it->second.tensor.shape();
+  if (shape.size() != rank)
+    return invalid_argument("{}: '{}' has shape {}, expected rank {}", label_, it->second.origin,
+                            shape_to_string(shape), rank);
+  for (int64_t d : shape)
     if (d < 1 || d > kMaxWidth)
       return invalid_argument("{}: '{}' has shape {}: sizes must be 1 to {}", label_, it->second.origin,
-                              shape_to_string(it->second.tensor.shape()), kMaxWidth);
-  return ok_status();
+                              shape_to_string(shape), kMaxWidth);
+  return shape;
 }
 
 std::vector<std::string> WeightSet::unused() const {

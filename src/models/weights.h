@@ -40,10 +40,11 @@ class WeightSet {
   int64_t indexed_count(std::string_view prefix) const;
   // The shape of `name`, or nullopt; nothing is marked.
   std::optional<Shape> shape_of(std::string_view name) const;
-  // An error unless every dim of `name` is in [1, kMaxWidth]: sizes taken
-  // from a file become loop bounds and buffer sizes, so a hostile one must
-  // not get that far.
-  Status check_dims(std::string_view name) const;
+  // The shape of `name`, checked to have `rank` dims each in [1, kMaxWidth]
+  // (sizes read from a file become loop bounds and buffer sizes: a hostile
+  // one must not get that far); an error naming it otherwise, or when it is
+  // missing. Nothing is marked.
+  Result<Shape> checked_shape(std::string_view name, size_t rank) const;
   static constexpr int64_t kMaxWidth = int64_t(1) << 17;
 
   // Names no find() has asked for, sorted.
