@@ -359,8 +359,16 @@ def write_report(all_results, pipeline, path_md, path_png, command, when, rev, r
                     verdict = "met" if pct >= want else f"missed by {want - pct:.0f} points"
                     lines.append(f"| {model} | {runner} >= {want} % of peak | {pct:.1f} % | {verdict} | | |")
     lines.append("")
+    # Sections other scripts write (bench/compare/sd15_checkpoint.py's) stay.
+    kept = ""
+    if os.path.exists(path_md):
+        with open(path_md) as f:
+            old = f.read()
+        begin = old.find("<!-- sd15-checkpoint:")
+        if begin >= 0:
+            kept = "\n" + old[begin:]
     with open(path_md, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + kept)
     plot(all_results, path_png)
 
 
