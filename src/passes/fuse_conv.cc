@@ -4,9 +4,8 @@
 // A residual Add (the conv2 + skip that ends SD's ResNet blocks) is left
 // alone although kiln.Conv can take one: when convolutions ran on oneDNN 2.6,
 // its binary post-op on the plain (NCHW) layouts made the gemm convolution
-// slower, not faster (the reference UNet's graph run 2.87 ms -> 4.47 ms, the
-// VAE decoder 1.14 -> 1.95 ms, `kiln bench` on tests/models). kiln's own GEMM
-// adds a residual cheaply; fusing it again is to be measured.
+// slower, not faster (measurements: docs/performance.md#conv-residual-fusion).
+// kiln's own GEMM adds a residual cheaply; fusing it again is to be measured.
 #include "passes/match.h"
 #include "passes/pass.h"
 

@@ -26,7 +26,8 @@ constexpr size_t kPrefixBytes = 8 + 4 + 8;  // magic, version, header length
 constexpr size_t kAlign = 64;
 
 // The checksum and the model hash: XXH3's 64 bits. (FNV-1a, a byte at a
-// time, took 2.3 s of a full-width SD UNet's 10 s load, for 2.2 GB.)
+// time, was a large share of a full-width SD UNet's load:
+// docs/performance.md#plan-files.)
 uint64_t hash64(const void* p, size_t n) { return XXH3_64bits(p, n); }
 
 // A model's identity: a file's bytes; a folder's files (a checkpoint's

@@ -36,10 +36,9 @@ constexpr double kParallelMinMacs = double(kParallelMinElements) * 16;
 
 // Below this many keys, bf16 attention runs the f32 kernel, which is then
 // faster: a bf16 task's blocks of scores are too short for its products to
-// outweigh the rounding and packing around them (kiln_bench_attention, 8
-// heads x 64, f32 against bf16 ms: 32 tokens 0.018 and 0.021; 64, 0.049 and
-// 0.046; 256, 0.57 and 0.40; 1024, 7.3 and 5.5). Every CPU computes these
-// nodes in f32, so results do not depend on the machine.
+// outweigh the rounding and packing around them (kiln_bench_attention:
+// docs/performance.md#bf16-attention). Every CPU computes these nodes in
+// f32, so results do not depend on the machine.
 constexpr int64_t kBf16MinKeys = 64;
 
 // Dims and strides of x right-aligned to rank 4: missing leading dims have

@@ -1,17 +1,16 @@
 // bf16 flash attention on kiln's GEMM (see attention_bf16.h).
 //
-// Where its time goes (perf, one harness calling attend() alone, 2 x 16 heads
-// x 72 dims at 1024 tokens, tokens first, 2 threads, Zen 5): the GEMM's tiles
-// 56 % of the samples, at about 790 GFLOP/s while they run; the exps 14 %;
-// packing Kᵀ and V 5 %; the softmax's max 5 %. Tried and dropped: the f32
-// kernel's shape in bf16 (attention_simd.cc: 32 query rows in the lanes of
-// two vectors, each step a vdpbf16ps of a pair of Q's columns against a pair
+// Where its time goes: the GEMM's tiles most of it, then the exps, packing
+// Kᵀ and V and the softmax's max (a perf profile:
+// docs/performance.md#bf16-attention). Tried and dropped: the f32 kernel's
+// shape in bf16 (attention_simd.cc: 32 query rows in the lanes of two
+// vectors, each step a vdpbf16ps of a pair of Q's columns against a pair
 // broadcast from K, or from V packed in pairs of keys; no S round trip
-// through L2 and no panel padding of Dv). Against this kernel, alternated in
-// one process: 1.03-1.07x at 2 x 16 x 72 x 1024 tokens, 1.05-1.12x at
-// 2 x 8 x 40 x 1024, 0.75x at 2 x 6 x 64 x 256 (8 or 12 columns a tile). Not
-// worth a second kernel. (GCC 12 kept its tile's sums in memory until every
-// loop over them had #pragma GCC unroll.)
+// through L2 and no panel padding of Dv): a little faster than this kernel
+// at 1024 tokens, clearly slower at 256 (8 or 12 columns a tile), so not
+// worth a second kernel (docs/performance.md#bf16-attention). (GCC 12 kept
+// its tile's sums in memory until every loop over them had #pragma GCC
+// unroll.)
 #include "kernels/cpu/attention_bf16.h"
 
 #include <omp.h>

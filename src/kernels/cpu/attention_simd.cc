@@ -13,15 +13,13 @@
 // broadcast from k or v through their strides, so any perm of K and V runs
 // the same vector code and neither is ever copied.
 //
-// Tried and dropped (attention_f32 timed alone on one thread, by a harness
-// outside the tree, 2 x 6 heads x 64 dims at 256 tokens and 2 x 16 x 72 at
-// 1024, tokens first, binaries alternated): P·V the other
-// way round, as a GEMM's tile (scores broadcast, V's rows loaded, the output
-// row-major so that y's rows are plain stores, not gathers): 1.10-1.13 ->
-// 1.07-1.09 ms at 64 dims, but 54-56 -> 61-64 ms at 72, whose rows of V fill
-// 4.5 vectors where the query rows always fill whole ones. Without the
-// exps altogether (an upper bound on a cheaper exp), 256 tokens ran in
-// 1.04-1.10 ms against 1.17-1.22.
+// Tried and dropped (measurements: docs/performance.md#f32-attention): P·V
+// the other way round, as a GEMM's tile (scores broadcast, V's rows loaded,
+// the output row-major so that y's rows are plain stores, not gathers): a
+// little faster at 64 dims, but much slower at 72, whose rows of V fill 4.5
+// vectors where the query rows always fill whole ones. Without the exps
+// altogether (an upper bound on what a cheaper exp could give), the gain
+// was too small to chase.
 #include "kernels/cpu/attention_simd.h"
 
 #include <omp.h>
@@ -106,10 +104,8 @@ void TileProduct(const float* a, int64_t n, const float* b, int64_t b_step, int6
 }
 
 // With 512-bit vectors, Q's rows turn around 16 x 16 at a time in registers
-// (Transpose16). In perf of dit_small (Q's rows 384 floats apart),
-// PackQueries' share of the samples went 1.22 % -> 0.69 % with it; the
-// model's attention steps, binaries alternated 10 times (kiln profile):
-// median 5.38 -> 5.28 ms.
+// (Transpose16), which shrinks PackQueries' share where Q's rows lie far
+// apart (dit_small's, 384 floats: docs/performance.md#f32-attention).
 // qt[t][r] = q[r, t] * scale for the task's rows; zero in the lanes past them.
 // With 512-bit vectors and rows of Q contiguous, 16 columns at a time by
 // Transpose16; otherwise whole tasks (whose offsets fit the gather's 32-bit
@@ -199,8 +195,8 @@ void SoftmaxBlock(float* st, int64_t keys, Running& run) {
 // y[r, e] = ot[e][r] / sum[r]. A row whose max is not finite (every score
 // -inf, or a NaN or +inf among them) is NaN throughout, as softmax gives.
 // Where y's rows are contiguous, kLanes of a row a gather. (Transpose16
-// here instead left WriteRows' share of dit_small's perf samples at 0.63 %
-// against 0.64 %: its stores to y miss the cache either way.)
+// here instead gained nothing, docs/performance.md#f32-attention: its
+// stores to y miss the cache either way.)
 void WriteRows(const Running& run, const float* ot, int64_t rows, int64_t dv, float* y, int64_t row_step,
                int64_t col_step) {
   const D d;
@@ -279,13 +275,9 @@ HWY_INLINE V ExpsToBf16(D d, const float* x, int64_t whole, V shift, bf16* out) 
 // log2(e), as 2^round(t) by vscalefps times a fit of 2^f on [-1/2, 1/2] of
 // degree 3 (least squares of the relative error, weighted toward its
 // peaks), 8 instructions where ExpNonPositive takes 16. x below -88, -inf
-// among them, gives 0 or a denormal, which the conversion flushes.
-// kiln_bench_attention --layout tokens-first, fused bf16 ms, binaries
-// before and after alternated 3 times (2 at 256 tokens): 8 heads x 40 at
-// 1024 tokens (SD 1.5's first self-attention) 4.15-4.25 -> 3.78-3.87,
-// 16 x 72 at 1024 (the medium DiT's) 11.35-11.59 -> 10.77-11.13, 6 x 64 at
-// 256 (the small DiT's) 0.253 -> 0.238-0.239. Error against f32 attention
-// unchanged: a relative L2 of 3.35e-3 at 16 x 72 x 1024 either way.
+// among them, gives 0 or a denormal, which the conversion flushes. It made
+// fused bf16 attention faster and left its error against f32 attention
+// unchanged (measurements: docs/performance.md#bf16-attention).
 HWY_INLINE __m512 ExpForBf16(__m512 x) {
   const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)), _mm512_set1_ps(1.44269504f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -359,11 +351,9 @@ void AttentionF32(const Problem& p, float* scratch, bool parallel) {
   // Tasks in order of b0 (batch), then b1 (heads): each thread's contiguous
   // share is then a range of batch entries, the rows of Q, K and V that a
   // projection GEMM splitting rows first (a small weight, gemm.cc) left in
-  // that thread's caches. Measured in one process, each replay alternating
-  // between this and heads first (which suits projections that split their
-  // columns), 2 threads, Zen 5, medians of the pairs' time ratios:
-  // dit_small 0.984x (300 pairs), unet_sd15 0.993x (12), dit_medium 1.002x
-  // (12; its projections split columns). bf16 attention goes in this order too.
+  // that thread's caches. Measured against heads first (which suits
+  // projections that split their columns): docs/performance.md#f32-attention.
+  // bf16 attention goes in this order too.
   parallel_shares(p.b0 * p.b1 * blocks, parallel, [&](int64_t task) {
     const int64_t batch = task / blocks;
     AttendRows(p, batch / p.b1, batch % p.b1, task % blocks * kRows,

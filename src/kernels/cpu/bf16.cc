@@ -1,8 +1,9 @@
 // round_to_bf16 and round_through_bf16 are Highway per-target loops (this
 // file is compiled once per SIMD target; foreach_target.h re-includes it):
 // compiled for the baseline x86-64 alone, f32_to_bf16's loop vectorized to
-// SSE2 shuffles, and rounding the A operands of dit_small's bf16 Linears took
-// 6.9 % of its perf samples (4.4 % so, most of it waiting on the loads).
+// SSE2 shuffles, and rounding the A operands of dit_small's bf16 Linears was
+// a visible share of its profile; what is left is mostly waiting on the loads
+// (measurements: docs/performance.md#bf16-rounding).
 #include "kernels/cpu/bf16.h"
 
 #undef HWY_TARGET_INCLUDE

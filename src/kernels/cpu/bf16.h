@@ -34,14 +34,11 @@ enum class Bf16Gemm {
 
 // kiln's GEMM (nothing allocated) where the CPU has AVX512-BF16 and oneDNN
 // sees no AMX; oneDNN's primitives where it does (its tile products run at
-// several times vdpbf16ps' rate: oneDNN's bf16 matmul is reported at
-// 1.8-2.9 TFLOP/s on two AMX cores, where vdpbf16ps tops out near twice
-// f32's 0.4). Where the CPU has no AVX512-BF16 (gemm::has_bf16_products()),
-// kiln's f32 GEMM on operands rounded through bf16: with
-// ONEDNN_MAX_CPU_ISA=AVX512_CORE here, graph mode, against f32 alternated,
-// dit_small took 1.02-1.09x f32's time and unet_sd15 1.00-1.01x, where
-// oneDNN's primitives (bf16 emulated on AVX-512) took 2.34-2.41x and
-// 3.11-3.14x and allocated on every replay (405 and 3058 times).
+// several times vdpbf16ps' rate). Where the CPU has no AVX512-BF16
+// (gemm::has_bf16_products()), kiln's f32 GEMM on operands rounded through
+// bf16: about f32's time, where oneDNN's primitives (bf16 emulated on
+// AVX-512) took several times as long and allocated on every replay
+// (measurements: docs/performance.md#bf16-products).
 // Environment variable KILN_BF16_GEMM=kiln or =onednn overrides the choice,
 // to compare the two; read once. kiln.Attention runs on kiln's GEMM wherever the CPU has
 // AVX512-BF16 (oneDNN has no fused attention to hand it to), else on the f32

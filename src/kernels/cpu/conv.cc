@@ -69,7 +69,7 @@ struct ConvGeometry final : KernelState {
   // 32 pixels wide and up): the GEMM reads each patch row where it lies in
   // one zero-padded copy of the input (gemm::Problem::b_rows), not from an
   // im2col copy, which writes and reads back 9 times the input for a 3x3
-  // kernel (3-8 % faster on SD's VAE and UNet convs).
+  // kernel (faster on SD's VAE and UNet convs: docs/performance.md#convolutions).
   bool rows_in_place = false;
   // 3x3, stride 1, enough channels and tiles: Winograd's F(m x m, 3x3)
   // (winograd.h), its m here (2 or 4; 0: not Winograd).
@@ -347,8 +347,8 @@ Status conv_rows_in_place(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t reach = (g.kernel_h - 1) * g.dilation_h, padded_w = g.out_width + (g.kernel_w - 1) * g.dilation_w;
   // Padded rows laid out [row, channel, column]: one output row's patches
   // lie in kernel_h runs of contiguous memory. (Laid out [channel, row,
-  // column], the reads hop a whole plane per channel and the convs ran 0-12 %
-  // slower than with im2col.)
+  // column], the reads hop a whole plane per channel and the convs ran
+  // slower than with im2col: docs/performance.md#convolutions.)
   const int64_t row_stride = g.in_channels * padded_w;
   // Bands of up to 8 rows (a few tasks per thread): the copy is the band's
   // rows and `reach` more, and the scratch a band per thread, not the image.
@@ -484,19 +484,17 @@ Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
 
 // Below this many output channels (per group), a convolution marked bf16
 // computes in f32: oneDNN's bf16 kernels leave most of their tiles empty and
-// kiln's f32 GEMM is faster (3x3 over 256 channels at 128x128, f32 against
-// bf16: 8 outputs 3.5 against 6.4 ms, 16: 6.4 against 7.0, 32: 12.0 against
-// 10.8, 64: 23.4 against 14.3; SD's VAE's last conv, 3 outputs at 256x256,
-// 9.5 against 30 ms). Every CPU computes these nodes in f32, so results do
-// not depend on the machine.
+// kiln's f32 GEMM is faster (measurements: docs/performance.md#convolutions).
+// Every CPU computes these nodes in f32, so results do not depend on the
+// machine.
 constexpr int64_t kBf16MinOutChannels = 32;
 
 // A convolution computing in bf16 that kiln's GEMM does not take (grouped or
 // 3-D ones, and every one where bf16_gemm() picks oneDNN: AMX) runs on
 // oneDNN, on the layouts it picks: over plain NCHW tensors it falls back to
-// im2col and a GEMM (x64:gemm:jit, 310-370 GFLOP/s on SD's convs here), in
-// its blocked layouts it runs its direct kernels (brgconv, 450-480). Each call reorders
-// (and rounds) the input into the conv's layout and the output back into Y;
+// im2col and a GEMM (x64:gemm:jit), in its blocked layouts it runs its
+// faster direct kernels (brgconv; docs/performance.md#convolutions). Each
+// call reorders (and rounds) the input into the conv's layout and the output back into Y;
 // a plan step reorders a constant weight once and keeps it. The activation
 // is a post-op of the conv; the residual is added by the output reorder (a
 // sum onto Y, which first holds the residual).

@@ -9,37 +9,27 @@
 // most kSliceDepth of K (442 KiB, which stays in L2), and each block passes
 // over every panel before the next: A is read from memory once however many
 // panels there are. A convolution's weight is such an A (1280 x 11520 floats,
-// 59 MB, in an SD UNet), and before the blocks it was read again for every
-// panel of 32 pixels: the blocks made single SD UNet convs (3x3, batch 2)
-// at 4x4 to 16x16 13-23 % faster, at 32x32 3-4 % (kiln bench, paired runs
-// after 20 warm-up runs, Zen 5); unet_sd15 took 0.90-1.02x the time in
-// three sets of paired runs. The slices go inside the blocks: slices outside them keep
-// a slice of B in L2 across blocks, but ran 10 % slower on an 8x8 conv (6 %
-// faster on a 16x16 one).
-// Slices are long, as a pass loads and stores its tile's sums once: slices of
-// 256 rows, sized to keep a panel's slice in L1, were 4-9 % slower end to end
-// on a Zen 4 core (1 MiB L2) than whole-K passes; 768 and 2304 rows measured
-// the same as 1152 on a Zen 5.
+// 59 MB, in an SD UNet), which without the blocks was read again for every
+// panel of 32 pixels. The slices go inside the blocks: slices outside them
+// would keep a slice of B in L2 across blocks, but lost on the smallest convs
+// (measurements: docs/performance.md#gemm-blocks).
+// Slices are long, as a pass loads and stores its tile's sums once: short
+// slices, sized to keep a panel's slice in L1, lost to whole-K passes, and
+// lengths from 768 to 2304 rows measured alike (docs/performance.md#gemm-blocks).
 // A B larger than L2 (a DiT's MLP weight, 21 MB) comes from DRAM each time
 // a block passes over it, and the block's first tile used to wait for each
 // panel alone: its tiles now prefetch the next panel into L2 in equal shares,
-// a line every few steps. kiln_bench_gemm, kiln over oneDNN, in alternated
-// runs of the binaries before and after (2 threads, a noisy Zen 5): f32
-// 2048 x 4608 x 1152 0.79-0.94 -> 0.94-0.96, 2048 x 1152 x 4608 0.67-0.78 ->
-// 0.83-0.94; bf16 0.83-1.07 -> 0.90-1.11 and 0.74-0.88 -> 0.95-1.10.
-// What a cold B still costs (a harness timing multiply() on 2 threads, B
-// one of 40 packed copies of the weight in turn against the same one each
-// time): 512 x 1152 x 384 395 against 403-421 GFLOP/s, 512 x 1536 x 384 393-396
-// against 403-405, 512 x 384 x 384 386-389 against 409: 2-6 %, short of the
-// 8-15 % by which dit_small's products ran slower in the model (358-388
-// GFLOP/s in kiln profile) than alone (422).
+// a line every few steps (measurements: docs/performance.md#gemm-prefetch).
+// A B that starts cold costs the products less than the gap between a
+// model's products and the same products timed alone, so that gap lies
+// elsewhere (measurements: docs/performance.md#gemm-cold-b).
 //
 // bf16 products (TileBf16, AVX-512 targets with AVX512-BF16) use the same
-// blocks and tiles, two of K's rows a step, and slices of as many bytes. In
-// kiln_bench_gemm on a Zen 5 they ran at 97-102 % of oneDNN's bf16 matmul
-// from K = 1152, and at 70-96 % where K is 320-384 (cause not found: 6-row
-// tiles over two panels, half the broadcasts a step, did not close it, nor
-// did A's pairs as embedded broadcasts, 3x slower).
+// blocks and tiles, two of K's rows a step, and slices of as many bytes.
+// They keep up with oneDNN's bf16 matmul where K is large and fall behind
+// where it is small, for a cause not found: 6-row tiles over two panels
+// (half the broadcasts a step) did not close the gap, and A's pairs as
+// embedded broadcasts were slower (measurements: docs/performance.md#gemm-bf16).
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
@@ -120,7 +110,8 @@ void PackColumns(const float* b, int64_t col_stride, float scale, float* packed)
 
 // Whole panels a vector at a time: rows of B contiguous (col_stride 1), or
 // with 512-bit vectors, columns contiguous (PackColumns). Element by element,
-// a full-width SD UNet's weights took 1.5 s of its 8 s start (perf).
+// packing was a large share of a full-width SD UNet's start
+// (docs/performance.md#gemm-packing).
 void Pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, float* packed,
           float scale) {
   const D d;
@@ -197,9 +188,9 @@ HWY_INLINE void Step(V* lo, V* hi, const float* HWY_RESTRICT a, int64_t lda, con
 // packed panel) or, kGathered, at b + b_rows[t]. With kPrefetch, it also
 // prefetches its share of the next panel, from `next` on, a line after each
 // kRowsPerLine steps (kSharePrefetch) or each step (kDensePrefetch; see
-// Pass). (A prefetch every step in every block cost bf16 products 4-5 %; a
-// branch on the step, or the prefetch first in the step, made GCC 12 store
-// every sum every step.)
+// Pass). (A prefetch every step in every block slowed bf16 products,
+// docs/performance.md#gemm-prefetch; a branch on the step, or the prefetch
+// first in the step, made GCC 12 store every sum every step.)
 template <int kTileRows, bool kGathered, Prefetch kPrefetch, bool kHalf = false>
 void Tile(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT b, const int64_t* b_rows,
           int64_t depth, float* HWY_RESTRICT c, int64_t ldc, bool load, const float* col_bias,
@@ -345,8 +336,8 @@ void Finish(const float* sums, int64_t lds, float* c, int64_t ldc, int64_t rows,
 
 // Rows [0, rows) x columns [0, cols) of `from` into `to`. A whole panel's
 // width is copied as a constant size, in vector moves: as a variable one
-// (a `rep movsq`), each row's copy cost more than its 128 bytes (0.5 % of
-// dit_small's samples, its mlp.2's second K slice reading its sums back).
+// (a `rep movsq`), each row's copy cost more than its 128 bytes warrant
+// (docs/performance.md#gemm-packing).
 void CopyRows(const float* from, int64_t ld_from, float* to, int64_t ld_to, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     if (cols == kPanel) std::memcpy(to + r * ld_to, from + r * ld_from, sizeof(float) * kPanel);
@@ -407,8 +398,8 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       // A tile cut short by C's last columns, or one with an epilogue, keeps
       // its sums in `stage` (L1), which Finish reads: C is then only
       // written, where reading the sums back from C waited for its lines
-      // (C's first writing; 5.4-6.4 % of dit_small's samples sat in Finish,
-      // most of them on that load and on the residual's). The residual's
+      // (C's first writing; Finish's samples in perf sat mostly on that load
+      // and on the residual's: docs/performance.md#gemm-packing). The residual's
       // lines, written long before, are asked for now and arrive while the
       // products run.
       if (residual)
@@ -464,13 +455,12 @@ void BlockBf16(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
 // (the pair's first row; `next` the second, or null past an odd K's end),
 // rounded and interleaved as the products read them: 2 * kPanel bf16.
 // Rows whose columns are contiguous (a weight, attention's V) go a vector of
-// each row at a time; anything else, or a partial panel, element by element.
-// PackBf16's share of dit_small's bf16 perf samples (attention's K and V,
-// packed on each call): 1.81-1.93 % -> 1.60-1.71 %. Attention's Kᵀ, whose
-// pairs of rows are adjacent floats, goes 32 rows at a time by
-// PackBf16Columns' transposes instead, where the CPU has AVX-512 (as
-// gathers of 8-byte pairs it went slower, 2.5 %, the gathers waiting on K's
-// lines); only its last K % 32 rows come here.
+// each row at a time; anything else, or a partial panel, element by element
+// (docs/performance.md#gemm-packing). Attention's Kᵀ, whose pairs of rows
+// are adjacent floats, goes 32 rows at a time by PackBf16Columns'
+// transposes instead, where the CPU has AVX-512 (as gathers of 8-byte pairs
+// it went slower, the gathers waiting on K's lines); only its last K % 32
+// rows come here.
 HWY_INLINE void PackBf16Pair(const float* row, const float* next, int64_t col_stride, int64_t cols, float scale,
                              bf16* packed) {
   const D d;
@@ -607,8 +597,8 @@ namespace {
 // where packed B is larger than a core's L2, so that its panels come from
 // L3 or DRAM each time a block of A's rows passes over them. Prefetched by
 // the first tile of a block alone, a panel from DRAM held DiT's MLP products
-// (2048 x 4608 x 1152) 10 % behind oneDNN's; a B that fits L2 stays there,
-// and prefetching it cost bf16 products 4-5 % (512 x 384 x 384).
+// (2048 x 4608 x 1152) behind oneDNN's; a B that fits L2 stays there, and
+// prefetching it only slowed the products (docs/performance.md#gemm-prefetch).
 template <typename T>
 bool prefetches_b(const Product<T>& p) {
   constexpr int64_t kL2Bytes = int64_t(1) << 20;
@@ -636,14 +626,8 @@ constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
 // of the scratch, once for each run of its tiles over the same rows (a
 // tile's rows stay in L2 while it passes over their columns); otherwise a
 // pass rounds the whole of A first, as each thread would round all of it.
-// Measured in one process, each replay alternating between this and the
-// split before (the grid alone; A rounded in a pass of its own before every
-// bf16 product), 2 threads, Zen 5, time ratios' medians: dit_small f32 0.98x
-// (200 pairs), bf16 0.945x (200); unet_sd15 f32 0.985x, bf16 0.99x (12
-// each); dit_medium, whose weights are 2.6-21 MB, 1.00x in both. With a
-// 4 MiB limit unet_sd15 f32 took 1.008x (its 3.3 MB GEGLU weight by 2048
-// rows); with every bf16 product rounding in its tiles, dit_medium 1.01x
-// rows first and 1.02x columns first.
+// The limit and the rounding pass were measured against the split before and
+// their alternatives: docs/performance.md#gemm-threads.
 constexpr int64_t kRowsFirstBBytes = int64_t(5) << 19;  // 2.5 MiB
 template <typename T>
 bool splits_rows_first(int64_t n, int64_t k) {  // B k x n
@@ -680,19 +664,17 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
   // thread then walks its part in tiles of up to 96 rows by 4 panels, whose
   // rows of A stay in L2 while it passes over their columns, and helps with
   // the others' tiles when done (ShareQueue). (Handing out tiles statically
-  // instead left whole tiles to one thread: 256 x 320 x 320 ran at 72 % of
-  // oneDNN's speed on 2 threads, 97 % on one.) Where B is small, rows
-  // alone split (kRowsFirstBBytes).
+  // instead left whole tiles to one thread, and small products lost most of
+  // the second thread's gain: docs/performance.md#gemm-threads.) Where B is
+  // small, rows alone split (kRowsFirstBBytes).
   assert(p.b_segment == 0);  // see gemm.h
   const bool prefetch = prefetches_b(p);  // decided on the whole of B, not a thread's tiles
   const int64_t w = panel_width(), panels = (p.n + w - 1) / w, units = (p.m + kUnit - 1) / kUnit;
   // Below 2^20 multiply-adds (a few µs) one thread finishes first: a region
   // wakes the other threads, and the next op then reads C from their caches.
-  // With 2^18, dispatch-bound models ran their 2^18-2^20 products on two
-  // threads: dit_tiny 0.22-0.31 ms against 0.17-0.22 (0.28-0.34 against
-  // 0.16-0.17 with Q, K and V as one product, fuse_qkv), the tiny SD
-  // pipeline's 20-step graph loop 19.2-20.1 ms against 15.5-16.3 (2^21:
-  // 16.7-19.2).
+  // A lower bound (2^18) slowed dispatch-bound models, whose 2^18-2^20
+  // products then ran on two threads; 2^21 measured no better than 2^20
+  // (docs/performance.md#gemm-threads).
   constexpr int64_t kMinThreadedMacs = int64_t(1) << 20;
   const bool threads = parallel && p.m * p.n * p.k >= kMinThreadedMacs && worth_threads(true);
   const int64_t team = threads ? std::min<int64_t>(omp_get_max_threads(), kMaxParts) : 1;

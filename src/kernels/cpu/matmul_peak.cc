@@ -26,7 +26,8 @@ constexpr uintmax_t kMaxCacheBytes = 1 << 20;
 
 // The CPU as /proc/cpuinfo names its first processor: the model name, and
 // the family, model and stepping, which tell apart CPUs a VM names alike
-// ("AMD EPYC" for a Zen 4 and a Zen 5 host, whose peaks differ twofold).
+// ("AMD EPYC" for a Zen 4 and a Zen 5 host, whose peaks differ:
+// docs/performance.md#machines).
 std::string cpu_identity() {
   std::ifstream in("/proc/cpuinfo");
   std::unordered_map<std::string, std::string> fields;

@@ -28,11 +28,8 @@ namespace kiln {
 // whole 4 KiB pages and a 16 KiB gap. Threads whose slots end and start
 // within a few KiB of each other slow each other down (likely each core's
 // prefetchers running ahead of its own writes into lines the other is
-// writing): f32 attention on dit_small's shape, 2 threads on a 2-core Zen 5,
-// ran at 282-298 GFLOP/s with slots back to back, 308-331 with 4 KiB between
-// them, 335-368 with 16 KiB or more; kiln_bench_attention, 12 heads x 64,
-// f32, before and after alternated: 256 tokens 0.75-0.80 -> 0.64-0.69 ms,
-// 1024 tokens 11.5-12.6 -> 11.0-11.8 ms.
+// writing); 16 KiB apart, they no longer do (measurements:
+// docs/performance.md#thread-scratch-slots).
 inline constexpr size_t thread_slot_bytes(size_t bytes) { return (bytes + 4095) / 4096 * 4096 + 16384; }
 // The same in elements of T, for slots of `count`.
 template <class T>
@@ -78,10 +75,8 @@ inline void parallel_for(int64_t tasks, bool parallel, const Fn& fn) {
 // done with its own share takes them from the back, so that a thread the
 // machine delays (a shared host's other work, an interrupt) does not hold
 // the whole loop up. front and back share one atomic word, so a task is never
-// taken twice. (gemm.cc's tiles: dit_small, kiln bench, graph, binaries
-// before and after alternated on a 2-core Zen 5, took 0.998-0.999x the time
-// on a quiet host, 0.89-0.95x with a process busy 5 ms in 15 on one core,
-// 0.91-0.94x with one busy all the time.)
+// taken twice. (Measured on gemm.cc's tiles, on a quiet host and beside a busy
+// neighbour: docs/performance.md#work-sharing.)
 class ShareQueue {
  public:
   void reset(int64_t tasks) { taken_.store(0, std::memory_order_relaxed), tasks_ = tasks; }

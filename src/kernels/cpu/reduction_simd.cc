@@ -249,10 +249,9 @@ void MaxColumns(const float* x, float* y, int64_t outer, int64_t n, int64_t inne
 }
 
 // Rows in groups of four, whose statistics are taken together (see
-// SumRowsTogether): 512 rows of 384 (dit_small's), warm in the caches, took
-// 24.3-25.0 us on two threads against 27.4-28.2 one row at a time (best of
-// 200 runs, three alternated runs). In the model, where half of each row
-// comes from the other core's cache, the difference is lost in the noise.
+// SumRowsTogether): faster on rows warm in the caches; in a model, where
+// half of each row comes from the other core's cache, the difference is
+// lost in the noise (docs/performance.md#layernorm).
 void LayerNormRows(const float* x, float* y, int64_t rows, int64_t n, float eps, const RowAffine& affine,
                    float* mean_out, float* inv_std_out) {
   constexpr int64_t kAtOnce = 4;

@@ -47,25 +47,21 @@ HWY_INLINE V per_lane(D d, V x, float (*fn)(float)) {
 // e^r 2^n with n = round(x log2(e)), r = x - n ln(2) in two parts
 // (0.693359375 - 2.12194440e-4), and e^r = 1 + r + r^2 p(r) with Cephes'
 // expf polynomial p of degree 5. Cheaper than Highway's Exp, which also
-// serves x > 0 (kiln_bench_attention, 12 heads x 64, f32, binaries before
-// and after alternated: 256 tokens 0.784-0.816 -> 0.758-0.775 ms, 1024
-// tokens 11.53-11.66 -> 11.11-11.34 ms). Below -88 (-inf too) it gives 0:
-// n is -127 there, whose 2^n has a zero exponent field, i.e. is 0. A NaN
-// gives 0 or NaN (as the target's Max treats it); every caller deals with
-// NaN inputs itself.
+// serves x > 0 (measurements: docs/performance.md#exp). Below -88 (-inf
+// too) it gives 0: n is -127 there, whose 2^n has a zero exponent field,
+// i.e. is 0. A NaN gives 0 or NaN (as the target's Max treats it); every
+// caller deals with NaN inputs itself.
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
   x = hn::Max(x, hn::Set(d, -88.0f));
   // n = round(x log2(e)) by adding 1.5 * 2^23, whose ulp is 1: the sum's
   // low mantissa bits are then n + 2^22, which give 2^n's exponent below
   // with one integer add, where a round and a conversion (with Highway's
-  // range fix-up, 4 more instructions) took 6. GELU-tanh and SiLU over 4096
-  // floats in L1, one thread, Zen 5: 4.95-5.02 -> 4.32-4.41 and 4.39-4.44
-  // -> 3.87-3.92 ns per 16 floats. Every x in [-inf, 0] gives the bits it
-  // gave before on SSSE3; on AVX-512 six differ (GCC fuses the multiply
-  // and the add, which moves a tie's rounding), all within the same
-  // accuracy: 1.0103 ulp at worst against double exp on [-87, 0], before
-  // and after, every float checked.
+  // range fix-up, 4 more instructions) took 6 (docs/performance.md#exp).
+  // Every x in [-inf, 0] gives the bits it gave before on SSSE3; on AVX-512
+  // six differ (GCC fuses the multiply and the add, which moves a tie's
+  // rounding), all within the same accuracy: 1.0103 ulp at worst against
+  // double exp on [-87, 0], before and after, every float checked.
   const V shifter = hn::Set(d, 12582912.0f);
   const V shifted = hn::Add(hn::Mul(x, hn::Set(d, 1.44269504f)), shifter);
   const V n = hn::Sub(shifted, shifter);

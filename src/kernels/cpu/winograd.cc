@@ -303,9 +303,9 @@ HWY_INLINE void FilterSums(const V* g, V* out) {
 // u[xi * matrix + oc * depth + ic] = (G g G^T)[xi] for g = w[oc][ic] (w
 // [OC][IC][3][3]), output channels [begin, end); f32, or rounded to bf16.
 // Vectors along ic: each filter value gathered from kLanes filters 9 floats
-// apart. For a 1280 x 2560 weight on 2 threads, 16-25 ms where a scalar
-// loop writing each filter's a^2 values to a^2 matrices took 61-102 (a plan
-// does this once; an eager call with tiles enough for Winograd, each time).
+// apart: several times as fast as a scalar loop writing each filter's a^2
+// values to a^2 matrices (docs/performance.md#winograd). A plan does this
+// once; an eager call with tiles enough for Winograd, each time.
 template <int64_t kM, typename T>
 void FilterTransformAs(const Conv& c, const float* w, int64_t begin, int64_t end, T* u, int64_t depth,
                        int64_t matrix) {
@@ -495,14 +495,14 @@ int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   Conv two = c;
   two.tile = 2;
   const int64_t tiles_2 = c.batch * two.tiles_h() * two.tiles_w();
-  // Time, kiln_bench_conv. Eager: transforming the filters on every call made
-  // 256 tiles of 2x2 and 512 channels break even with the direct conv
-  // (1.01x), and F(4x4, 3x3)'s 2.25x larger U made SD's VAE decoder 2-3 %
-  // slower than F(2x2, 3x3). Filters kept, against direct, F(2x2, 3x3): SD's
-  // UNet at 8x8 (batch 2: 32 tiles, one GEMM panel) 1.44-1.69x as fast, at
-  // 16x16 1.67-1.69x; with 16 tiles or fewer, panels half empty. F(4x4, 3x3)
-  // against F(2x2, 3x3): the VAE decoder (one image, 64-4096 tiles of 4x4)
-  // 1.48-1.69x, the UNet at 32x32 1.33-1.38x, at 16x16 (32 tiles) 1.17-1.20x.
+  // Time (kiln_bench_conv; measurements: docs/performance.md#winograd).
+  // Eager, transforming the filters on every call: 256 tiles of 2x2 (512
+  // channels) only break even with the direct conv, and F(4x4, 3x3)'s 2.25x
+  // larger U made SD's VAE decoder slower than F(2x2, 3x3). Filters kept:
+  // F(2x2, 3x3) beats direct from one full GEMM panel of tiles (SD's UNet at
+  // 8x8, batch 2: 32 tiles); with 16 tiles or fewer, panels are half empty.
+  // F(4x4, 3x3) beats F(2x2, 3x3) on the VAE decoder (one image, 64-4096
+  // tiles of 4x4) and on the UNet at 32x32 and 16x16 (32 tiles).
   if (!filters_kept) return tiles_2 >= 512 ? 2 : 0;
   if (tiles_2 < 32) return 0;
   // Memory: a plan keeps U in place of the f32 weight, a^2 values for its 9.
@@ -510,16 +510,15 @@ int64_t best_tile(const Conv& c, bool filters_kept, bool bf16) {
   // smaller), each extra byte kept must save at least 32 multiplications a
   // call (per output, 9 direct, 4 F(2x2, 3x3), 2.25 F(4x4, 3x3)). Set
   // between the VAE decoder's 512 channels at 32x32 by F(4x4, 3x3) (22 a
-  // byte: with them its peak memory passed ONNX Runtime's, 1,099 MB against
-  // 947) and the UNet's at 32x32 (45); the UNet's 8x8 level in f32 (23 a
-  // byte) would add 358 MB, past ONNX Runtime's too.
+  // byte: with them its peak memory passed ONNX Runtime's,
+  // docs/performance.md#winograd) and the UNet's at 32x32 (45); the UNet's
+  // 8x8 level in f32 (23 a byte) would add 358 MB, past ONNX Runtime's too.
   //
   // Tried and dropped there: U made on each call from the f32 weight, a
   // cache-sized block at a time (32-128 output by 64-256 input channels),
-  // never whole. At 2 x 2560 > 1280 at 8x8 (a harness calling the kernels,
-  // 2 threads) it took 19-23 ms against the direct conv's 22 and a kept U's
-  // 12-13.5: streaming the weight's 118 MB through the transform alone took
-  // 9.5-12 ms, and the products on U's blocks, against V from L3, 11-14.
+  // never whole: no faster than the direct conv, since streaming the weight
+  // through the transform alone costs about what a kept U saves
+  // (docs/performance.md#winograd).
   const double outputs = double(c.batch * c.out_height * c.out_width);
   auto worth = [&](double extra_bytes, double saved_each_output) {  // a filter's extra bytes
     return extra_bytes <= 0 || saved_each_output * outputs >= 32 * extra_bytes;
