@@ -11,6 +11,7 @@
 
 #include "models/sd_model.h"
 #include "npy/npy.h"
+#include "safetensors/safetensors.h"
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
 
@@ -109,6 +110,48 @@ TEST_P(SdCheckpoint, VaeMatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, SdCheckpoint, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A bf16 file (none is committed: made here from the f32 one) builds the
+// network its values make in f32, to the bit: its weights stay bf16 in the
+// graph, widened by the executors (kernels/kernel.h), its small parameters
+// cast once.
+TEST(SdCheckpointDtypes, Bf16WeightsComputeWhatTheirValuesDoInF32) {
+  auto tensors = safetensors_read((kCheckpoints / "sd1.safetensors").string());
+  ASSERT_TRUE(tensors.ok()) << tensors.status().message();
+  NamedTensorList as_bf16, as_f32;
+  for (const auto& [name, t] : *tensors) {
+    if (t.dtype() != DType::kF32) {
+      as_bf16.emplace_back(name, t);
+      as_f32.emplace_back(name, t);
+      continue;
+    }
+    Tensor b = *Tensor::empty(DType::kBF16, t.shape()), f = *Tensor::empty(DType::kF32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      b.data<bf16>()[i] = f32_to_bf16(t.data<float>()[i]);
+      f.data<float>()[i] = bf16_to_f32(b.data<bf16>()[i]);
+    }
+    as_bf16.emplace_back(name, b);
+    as_f32.emplace_back(name, f);
+  }
+  auto stored = sd_model_from_tensors(std::move(as_bf16), "sd1-bf16.safetensors");
+  auto wide = sd_model_from_tensors(std::move(as_f32), "sd1-rounded.safetensors");
+  ASSERT_TRUE(stored.ok() && wide.ok()) << stored.status().message();
+  EXPECT_EQ((*stored)->unet.dtype_counts().count(DType::kBF16), 1u);
+  const fs::path dir = kCheckpoints / "reference" / "sd1" / "unet";
+  NamedTensors inputs;
+  for (const char* name : {"sample", "timestep", "encoder_hidden_states"})
+    inputs.emplace_back(name, *npy_read((dir / "inputs" / (std::string(name) + ".npy")).string()));
+  std::vector<std::vector<float>> outputs;
+  for (const auto& m : {*stored, *wide}) {
+    auto graph = sd_unet_graph(m->unet_config, m->unet);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EagerExecutor exec(*graph);
+    auto out = exec.run(inputs);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    outputs.emplace_back((*out)[0].data<float>(), (*out)[0].data<float>() + (*out)[0].numel());
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
 
 }  // namespace
 }  // namespace kiln

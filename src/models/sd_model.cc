@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 constexpr std::string_view kUnetPrefix = "model.diffusion_model.";
 constexpr std::string_view kVaePrefixes[] = {"first_stage_model.", "vae."};
 constexpr std::string_view kClipPrefix = "cond_stage_model.transformer.";
-constexpr std::string_view kOpenClipPrefix = "cond_stage_model.model.";
+constexpr std::string_view kOpenClipPrefixes[] = {"cond_stage_model.model.",
+                                                  "conditioner.embedders.0.model."};  // SD 2.x in sgm's layout
 // What LDM files carry besides weights: the EMA copies, the training
 // schedule's buffers, samplers' and textual inversion's state.
 constexpr std::string_view kIgnoredPrefixes[] = {"model_ema.", "denoiser.", "embedding_manager", "lora_"};
@@ -56,16 +57,18 @@ using Keyed = std::vector<std::pair<std::string, Tensor>>;
 
 Status open_single_file(SdModel& m, NamedTensorList tensors) {
   Keyed unet, vae, clip, open_clip;
+  std::string_view vae_prefix = kVaePrefixes[0], open_clip_prefix = kOpenClipPrefixes[0];  // as the file spells them
   for (auto& [key, t] : tensors) {
     std::string_view prefix;
     if (key.starts_with(kUnetPrefix)) unet.emplace_back(key.substr(kUnetPrefix.size()), t);
-    else if (starts_with_any(key, {kVaePrefixes[0], kVaePrefixes[1]}, &prefix)) vae.emplace_back(key.substr(prefix.size()), t);
+    else if (starts_with_any(key, {kVaePrefixes[0], kVaePrefixes[1]}, &vae_prefix)) vae.emplace_back(key.substr(vae_prefix.size()), t);
     else if (key.starts_with(kClipPrefix)) clip.emplace_back(key.substr(kClipPrefix.size()), t);
     else if (ignored_key(key)) m.ignored_keys.push_back(key);
-    else if (key.starts_with(kOpenClipPrefix)) open_clip.emplace_back(key.substr(kOpenClipPrefix.size()), t);
-    else if (key.starts_with("conditioner.embedders."))
-      return unsupported("{}: a Stable Diffusion XL checkpoint (conditioner.embedders.*); kiln runs SD 1.x and 2.x",
-                         m.path);
+    else if (starts_with_any(key, {kOpenClipPrefixes[0], kOpenClipPrefixes[1]}, &prefix)) {
+      open_clip_prefix = prefix;
+      open_clip.emplace_back(key.substr(prefix.size()), t);
+    } else if (key.starts_with("conditioner.embedders."))  // a second text encoder: SDXL (or its refiner)
+      return unsupported("{}: a Stable Diffusion XL checkpoint ({}); kiln runs SD 1.x and 2.x", m.path, key);
     else m.unclaimed_keys.push_back(key);
   }
   if (unet.empty())
@@ -73,7 +76,7 @@ Status open_single_file(SdModel& m, NamedTensorList tensors) {
                             kUnetPrefix);
   if (!clip.empty() && !open_clip.empty())
     return invalid_argument("{}: holds both a CLIP ({}*) and an OpenCLIP ({}*) text encoder", m.path, kClipPrefix,
-                            kOpenClipPrefix);
+                            open_clip_prefix);
   auto origin = [&](std::string_view prefix, const std::string& key) { return fmt::format("{}: {}{}", m.path, prefix, key); };
 
   std::vector<std::string> keys;
@@ -88,14 +91,14 @@ Status open_single_file(SdModel& m, NamedTensorList tensors) {
   const LdmVaeLayout vae_layout = ldm_vae_layout(keys);
   for (const auto& [key, t] : vae) {
     if (auto name = vae_name_from_ldm(key, vae_layout))
-      KILN_RETURN_IF_ERROR(m.vae.add(*name, as_linear_weight(*name, t), origin(kVaePrefixes[0], key)));
-    else m.unclaimed_keys.push_back(std::string(kVaePrefixes[0]) + key);
+      KILN_RETURN_IF_ERROR(m.vae.add(*name, as_linear_weight(*name, t), origin(vae_prefix, key)));
+    else m.unclaimed_keys.push_back(std::string(vae_prefix) + key);
   }
   for (const auto& [key, t] : clip) {
     if (auto name = clip_name_from_hf(key)) KILN_RETURN_IF_ERROR(m.text_encoder.add(*name, t, origin(kClipPrefix, key)));
     else m.ignored_keys.push_back(std::string(kClipPrefix) + key);
   }
-  KILN_RETURN_IF_ERROR(add_open_clip_weights(open_clip, fmt::format("{}: {}", m.path, kOpenClipPrefix), m.text_encoder));
+  KILN_RETURN_IF_ERROR(add_open_clip_weights(open_clip, fmt::format("{}: {}", m.path, open_clip_prefix), m.text_encoder));
   return ok_status();
 }
 

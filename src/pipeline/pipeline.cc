@@ -199,8 +199,9 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
     // The substitute visits the timesteps the config's own class would.
     if (substituted && !config.timestep_spacing) config.timestep_spacing = default_timestep_spacing(config.class_name);
     if (substituted && options_.log)
-      options_.log(fmt::format("the pipeline's {} is not a scheduler kiln implements; using {}", config.class_name,
-                               scheduler_kind_name(kind)));
+      options_.log(fmt::format("the model's scheduler config names {}, which kiln does not implement: using {} "
+                               "over its timesteps (--scheduler to choose)",
+                               config.class_name, scheduler_kind_name(kind)));
   } else {
     std::string_view name = o.scheduler;
     config.use_karras_sigmas = name.ends_with("_karras");
