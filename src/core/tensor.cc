@@ -44,9 +44,9 @@ namespace {
 
 // A tensor of at least this many bytes gets pages of its own (an anonymous
 // mapping, zero-filled by the kernel), which go back to the system when it
-// is freed. From malloc, a large block freed amid others stays resident: a
-// plan frees each constant weight once it has packed it, and dit_medium's
-// (1.1 GB in f32) then kept its peak RSS at 1.97 GB where mappings give 1.19.
+// is freed. From malloc, a large block freed amid others stays resident,
+// and a plan frees each constant weight once it has packed it (measured:
+// docs/performance.md#memory).
 constexpr size_t kMappedBytes = size_t(1) << 20;
 
 // `bytes` (a multiple of 64) zero-filled and 64-byte aligned, and its owner; null when none is left.
