@@ -103,6 +103,44 @@ TEST(Fused, ModulatedLayerNorm) {
   check_op({"threaded", OpKind::kModulatedLayerNorm, {}, {f32({2, 256, 384}), f32({2, 1, 384}), f32({2, 1, 384})}});
 }
 
+TEST(Fused, RmsNorm) {
+  check_op({"rows", OpKind::kRmsNorm, attrs({{"epsilon", 1e-6f}}), {f32({2, 7, 40}), f32({40})}});
+  check_op({"rows threaded", OpKind::kRmsNorm, {}, {f32({4, 300, 96}), f32({96})}});
+  // The Wan VAE's channel norm: over axis 1 of [N, C, T, H, W], with its SiLU;
+  // more columns than one of the kernel's blocks.
+  check_op({"channels silu", OpKind::kRmsNorm, attrs({{"axis", int64_t(1)}, {"activation", std::string("silu")}}),
+            {f32({1, 12, 3, 20, 30}), f32({12})}});
+  check_op({"channels threaded", OpKind::kRmsNorm, attrs({{"axis", int64_t(1)}, {"epsilon", 0.0f}}),
+            {f32({2, 16, 2, 40, 40}), f32({16})}});
+  // [3, 4] / rms 3.5355 * [1, 2] = [0.8485, 2.2627]
+  const std::vector<double> got = reference_values(
+      {"two", OpKind::kRmsNorm, attrs({{"epsilon", 0.0f}}), {exact({1, 2}, {3, 4}), exact({2}, {1, 2})}});
+  EXPECT_NEAR(got[0], 3 / std::sqrt(12.5), 1e-6);
+  EXPECT_NEAR(got[1], 8 / std::sqrt(12.5), 1e-6);
+}
+
+TEST(Fused, Rope) {
+  // 3 heads of 4 pairs; tokens' angles differ.
+  check_op({"heads", OpKind::kRope, {}, {f32({2, 5, 24}), f32({5, 4}, -1, 1), f32({5, 4}, -1, 1)}});
+  check_op({"threaded", OpKind::kRope, {}, {f32({2, 256, 128}), f32({256, 32}, -1, 1), f32({256, 32}, -1, 1)}});
+  // (1, 2) turned a quarter: (-2, 1); in both heads.
+  const std::vector<double> got =
+      reference_values({"quarter", OpKind::kRope, {},
+                        {exact({1, 1, 4}, {1, 2, 1, 2}), exact({1, 1}, {0}), exact({1, 1}, {1})}});
+  EXPECT_EQ(got, (std::vector<double>{-2, 1, -2, 1}));
+}
+
+TEST(Fused, RopeShapeErrors) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kF32, SymShape{Dim(2), Dim(5), Dim(20)});  // not whole heads of 4 pairs
+  Value* c = g.add_input("c", DType::kF32, SymShape{Dim(5), Dim(4)});
+  Value* y = g.add_value("y");
+  g.add_node(OpKind::kRope, "rope", {x, c, c}, {y});
+  g.mark_output(y);
+  Status st = graph_infer_shapes(g);
+  EXPECT_NE(st.message().find("no whole number of heads"), std::string::npos) << st.message();
+}
+
 // kiln.Conv and kiln.Linear run kiln's GEMM with a weight packed per call
 // eagerly and once in a plan: both are checked.
 bool check_op_both(const OpCase& c) { return check_op(c) && check_op_in_plan(c); }

@@ -84,4 +84,45 @@ Status infer_ModulatedLayerNorm(InferContext& ctx) {
   return ok_status();
 }
 
+// X of any rank >= 1; Scale [C] for C = X's size along `axis`.
+Status infer_RmsNorm(InferContext& ctx) {
+  for (size_t i : {0, 1}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  const std::string activation = ctx.attrs().get_string("activation", "none");
+  if (activation != "none" && activation != "silu")
+    return ctx.error("activation must be none or silu, got '{}'", activation);
+  if (ctx.attrs().get_float("epsilon", 1e-6f) < 0) return ctx.error("epsilon must not be negative");
+  const auto& x = ctx.input(0).shape;
+  if (x) {
+    KILN_ASSIGN_OR_RETURN(const int64_t axis, normalize_axis(ctx, ctx.attrs().get_int("axis", -1), int64_t(x->size())));
+    const Dim& channels = (*x)[size_t(axis)];
+    const auto& scale = ctx.input(1).shape;
+    if (scale && (scale->size() != 1 || ((*scale)[0].known() && channels.known() && (*scale)[0] != channels)))
+      return ctx.error("Scale must be [{}], got {}", channels.known() ? std::to_string(channels.value) : "C",
+                       sym_shape_to_string(*scale));
+  }
+  set_output(ctx, 0, DType::kF32, x);
+  return ok_status();
+}
+
+// X [B, S, H*D]; Cos and Sin [S, D/2].
+Status infer_Rope(InferContext& ctx) {
+  for (size_t i : {0, 1, 2}) KILN_RETURN_IF_ERROR(require_dtype(ctx, i, {DType::kF32}));
+  const auto& x = ctx.input(0).shape;
+  if (x && x->size() != 3) return ctx.error("X must be [B, S, H*D], got {}", sym_shape_to_string(*x));
+  for (size_t i : {1, 2}) {
+    const auto& t = ctx.input(i).shape;
+    if (!t) continue;
+    if (t->size() != 2) return ctx.error("input {} must be [S, D/2], got {}", i, sym_shape_to_string(*t));
+    if (x && (*t)[0].known() && (*x)[1].known() && (*t)[0] != (*x)[1])
+      return ctx.error("input {} has {} rows for {} tokens", i, (*t)[0].value, (*x)[1].value);
+    if (x && (*t)[1].known() && (*x)[2].known() && ((*t)[1].value < 1 || (*x)[2].value % (2 * (*t)[1].value) != 0))
+      return ctx.error("X's width {} is no whole number of heads of {} pairs", (*x)[2].value, (*t)[1].value);
+  }
+  const auto &cos = ctx.input(1).shape, &sin = ctx.input(2).shape;
+  if (cos && sin && *cos != *sin)
+    return ctx.error("Cos {} and Sin {} differ", sym_shape_to_string(*cos), sym_shape_to_string(*sin));
+  set_output(ctx, 0, DType::kF32, x);
+  return ok_status();
+}
+
 }  // namespace kiln

@@ -85,4 +85,41 @@ Status cpu_ModulatedLayerNorm(KernelContext& ctx) {
   return ok_status();
 }
 
+Status cpu_RmsNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t rank = x.rank(), axis = (ctx.attrs().get_int("axis", -1) + rank) % rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[d];
+  if (x.numel() == 0) return ok_status();
+  reduction_simd::rms_norm(x.as<float>(), ctx.output(0)->as<float>(), outer, x.shape[axis], inner,
+                           ctx.attrs().get_float("epsilon", 1e-6f), ctx.input(1)->as<float>(),
+                           ctx.attrs().get_string("activation", "none") == "silu");
+  return ok_status();
+}
+
+// Each token's pairs turn by that token's angles, every head alike. Plain
+// loops: the compiler vectorizes them, and the op is a small share of a
+// transformer's time next to its products.
+Status cpu_Rope(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t tokens = x.shape[1], width = x.shape[2], pairs = ctx.input(1)->shape[1];
+  const float *cos = ctx.input(1)->as<float>(), *sin = ctx.input(2)->as<float>(), *in = x.as<float>();
+  float* out = ctx.output(0)->as<float>();
+  parallel_for(x.shape[0] * tokens, x.numel() >= kParallelMinElements, [&](int64_t row) {
+    const float *c = cos + row % tokens * pairs, *s = sin + row % tokens * pairs;
+    const float* from = in + row * width;
+    float* to = out + row * width;
+    for (int64_t head = 0; head < width; head += 2 * pairs)
+      for (int64_t j = 0; j < pairs; ++j) {
+        const float even = from[head + 2 * j], odd = from[head + 2 * j + 1];
+        to[head + 2 * j] = even * c[j] - odd * s[j];
+        to[head + 2 * j + 1] = even * s[j] + odd * c[j];
+      }
+  });
+  return ok_status();
+}
+
 }  // namespace kiln

@@ -300,6 +300,53 @@ void GroupNormRows(const float* x, float* y, int64_t rows, int64_t channels, int
   });
 }
 
+// RMSNorm of n values kept `inner` apart (inner 1: rows), each block of
+// columns reduced into a stack buffer, then scaled per channel.
+void RmsNorm(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float eps, const float* scale,
+             bool silu) {
+  const D d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  if (inner == 1) {
+    parallel_for(outer, outer * n >= kParallelMinElements, [&](int64_t r) {
+      const float* row = x + r * n;
+      const double squares = SumRow(row, n, [](V v) { return hn::Mul(v, v); });
+      const float inv = float(1.0 / std::sqrt(squares / double(n) + double(eps)));
+      const V vinv = hn::Set(d, inv);
+      float* out = y + r * n;
+      int64_t i = 0;
+      for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, row + i), vinv), hn::LoadU(d, scale + i)), d, out + i);
+      for (; i < n; ++i) out[i] = row[i] * inv * scale[i];
+      if (silu) simd::unary_f32(simd::UnaryF32::kSilu, y + r * n, y + r * n, size_t(n), {.alpha = 1.0f});
+    });
+    return;
+  }
+  const int64_t chunks = (inner + kColumnChunk - 1) / kColumnChunk;
+  parallel_for(outer * chunks, outer * n * inner >= kParallelMinElements, [&](int64_t t) {
+    const int64_t o = t / chunks, j = (t % chunks) * kColumnChunk, len = std::min(kColumnChunk, inner - j);
+    HWY_ALIGN float inv[kColumnChunk];
+    std::fill_n(inv, len, 0.0f);
+    const float* in = x + o * n * inner + j;
+    float* out = y + o * n * inner + j;
+    for (int64_t c = 0; c < n; ++c)
+      Accumulate(inv, in + c * inner, len, [](V a, V v) { return hn::MulAdd(v, v, a); },
+                 [](float a, float v) { return a + v * v; });
+    const V vn = hn::Set(d, 1.0f / float(n)), veps = hn::Set(d, eps);
+    int64_t i = 0;
+    for (; i + N <= len; i += N)
+      hn::Store(hn::Div(hn::Set(d, 1.0f), hn::Sqrt(hn::MulAdd(hn::Load(d, inv + i), vn, veps))), d, inv + i);
+    for (; i < len; ++i) inv[i] = 1.0f / std::sqrt(inv[i] / float(n) + eps);
+    for (int64_t c = 0; c < n; ++c) {
+      const V s = hn::Set(d, scale[c]);
+      int64_t k = 0;
+      for (; k + N <= len; k += N)
+        hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, in + c * inner + k), hn::Load(d, inv + k)), s), d,
+                   out + c * inner + k);
+      for (; k < len; ++k) out[c * inner + k] = in[c * inner + k] * inv[k] * scale[c];
+      if (silu) simd::unary_f32(simd::UnaryF32::kSilu, out + c * inner, out + c * inner, size_t(len), {.alpha = 1.0f});
+    }
+  });
+}
+
 }  // namespace kiln::reduction_simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -314,6 +361,7 @@ HWY_EXPORT(MaxColumns);
 HWY_EXPORT(LayerNormRows);
 HWY_EXPORT(InstanceNormRows);
 HWY_EXPORT(GroupNormRows);
+HWY_EXPORT(RmsNorm);
 
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SoftmaxRows)(x, y, rows, n);
@@ -341,6 +389,11 @@ void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64
 void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
                      int64_t num_channels, float eps, const float* scale, const float* bias, bool silu) {
   HWY_DYNAMIC_DISPATCH(GroupNormRows)(x, y, rows, channels, spatial, num_channels, eps, scale, bias, silu);
+}
+
+void rms_norm(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float eps, const float* scale,
+              bool silu) {
+  HWY_DYNAMIC_DISPATCH(RmsNorm)(x, y, outer, n, inner, eps, scale, silu);
 }
 
 }  // namespace kiln::reduction_simd

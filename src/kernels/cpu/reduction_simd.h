@@ -31,4 +31,9 @@ void instance_norm_rows(const float* x, float* y, int64_t rows, int64_t n, int64
 void group_norm_rows(const float* x, float* y, int64_t rows, int64_t channels, int64_t spatial,
                      int64_t num_channels, float eps, const float* scale, const float* bias, bool silu);
 
+// y = x / sqrt(mean(x^2) + eps) * scale[c] (then SiLU), the mean over n
+// values `inner` apart: x is [outer, n, inner] and the norm runs along n.
+void rms_norm(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float eps, const float* scale,
+              bool silu);
+
 }  // namespace kiln::reduction_simd

@@ -102,4 +102,49 @@ Status ref_ModulatedLayerNorm(KernelContext& ctx) {
   return ok_status();
 }
 
+Status ref_RmsNorm(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t rank = x.rank(), axis = (ctx.attrs().get_int("axis", -1) + rank) % rank;
+  const double eps = ctx.attrs().get_float("epsilon", 1e-6f);
+  const bool silu = ctx.attrs().get_string("activation", "none") == "silu";
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[d];
+  const int64_t c = x.shape[axis];
+  const float *in = x.as<float>(), *scale = ctx.input(1)->as<float>();
+  float* out = ctx.output(0)->as<float>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t base = o * c * inner + i;
+      double sum = 0;
+      for (int64_t j = 0; j < c; ++j) sum += double(in[base + j * inner]) * in[base + j * inner];
+      const double inv = 1 / std::sqrt(sum / double(c) + eps);
+      for (int64_t j = 0; j < c; ++j) {
+        const double v = in[base + j * inner] * inv * scale[j];
+        out[base + j * inner] = float(silu ? v * sigmoid(v) : v);
+      }
+    }
+  return ok_status();
+}
+
+Status ref_Rope(KernelContext& ctx) {
+  const TensorView& x = *ctx.input(0);
+  if (x.dtype != DType::kF32) return ctx.unsupported_error("dtype {}", dtype_name(x.dtype));
+  const int64_t batch = x.shape[0], tokens = x.shape[1], width = x.shape[2], pairs = ctx.input(1)->shape[1];
+  const float *cos = ctx.input(1)->as<float>(), *sin = ctx.input(2)->as<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < tokens; ++s) {
+      const float* in = x.as<float>() + (b * tokens + s) * width;
+      float* out = ctx.output(0)->as<float>() + (b * tokens + s) * width;
+      for (int64_t p = 0; p < width / 2; ++p) {
+        const double c = cos[s * pairs + p % pairs], n = sin[s * pairs + p % pairs];
+        const double even = in[2 * p], odd = in[2 * p + 1];
+        out[2 * p] = float(even * c - odd * n);
+        out[2 * p + 1] = float(even * n + odd * c);
+      }
+    }
+  return ok_status();
+}
+
 }  // namespace kiln
