@@ -104,6 +104,15 @@ TEST(Linalg, Conv) {
       conv("kernel_shape attribute", {{"kernel_shape", Ints{3, 3}}}, {f32({1, 2, 5, 5}), f32({2, 2, 3, 3})}),
       conv("1-d", {{"pads", Ints{1, 2}}, {"strides", Ints{2}}}, {f32({2, 3, 11}), f32({4, 3, 3}), f32({4})}),
       conv("3-d", {{"pads", Ints{1, 1, 1, 1, 1, 1}}}, {f32({1, 2, 4, 5, 6}), f32({3, 2, 3, 3, 3}), f32({3})}),
+      // 3-D on kiln's GEMM: a causal video conv (2 frames of padding in
+      // front only), patch embedding (stride = kernel), depth strides and
+      // dilations, more pixels than a chunk of panels, two images.
+      conv("3-d causal", {{"pads", Ints{2, 1, 1, 0, 1, 1}}},
+           {f32({2, 5, 3, 6, 40}), f32({7, 5, 3, 3, 3}), f32({7})}),
+      conv("3-d patch embedding", {{"strides", Ints{1, 2, 2}}}, {f32({1, 6, 3, 8, 10}), f32({16, 6, 1, 2, 2}), f32({16})}),
+      conv("3-d strided, dilated", {{"strides", Ints{2, 1, 1}}, {"dilations", Ints{2, 1, 2}}, {"pads", Ints{1, 0, 2, 1, 0, 2}}},
+           {f32({1, 3, 7, 5, 9}), f32({4, 3, 2, 3, 3}), absent()}),
+      conv("3-d many pixels", {{"pads", Ints{1, 1, 1, 1, 1, 1}}}, {f32({1, 4, 5, 16, 48}), f32({6, 4, 3, 3, 3})}),
       conv("zero batch", {}, {f32({0, 2, 5, 5}), f32({3, 2, 3, 3})}),
       // Stride 1 with output rows of whole GEMM panels (32 and 64 wide, which
       // every target's panel divides): the patches are read in place from
@@ -129,6 +138,30 @@ TEST(Linalg, Conv) {
            {f32({1, 130, 6, 16}), f32({100, 130, 3, 3}), f32({100})}),
   };
   for (const OpCase& c : rows) check_op(c) && check_op_in_plan(c);
+}
+
+// What the video models' plans run: 3-D convolutions on kiln's GEMM and
+// Einsum (an unpatchify permutation, a contraction) replay without a heap
+// allocation.
+TEST(Linalg, VideoOpsReplayWithoutAllocating) {
+  const std::vector<OpCase> rows = {
+      conv_case(OpKind::kConv, "3-d causal", {{"pads", Ints{2, 1, 1, 0, 1, 1}}},
+                {f32({1, 5, 3, 6, 40}), f32({7, 5, 3, 3, 3}), f32({7})}),
+      conv_case(OpKind::kConv, "3-d patch embedding", {{"strides", Ints{1, 2, 2}}},
+                {f32({1, 6, 3, 8, 10}), f32({16, 6, 1, 2, 2}), f32({16})}),
+      {"einsum unpatchify", OpKind::kEinsum, attrs({{"equation", s("nfhwpqrc->ncfphqwr")}}),
+       {f32({1, 2, 3, 4, 1, 2, 2, 5})}},
+      {"einsum contraction", OpKind::kEinsum, attrs({{"equation", s("bhid,bhjd->bhij")}}),
+       {f32({2, 3, 5, 8}), f32({2, 3, 6, 8})}},
+      {"einsum contraction, copied operand", OpKind::kEinsum, attrs({{"equation", s("ibd,jbd->bij")}}),
+       {f32({4, 2, 8}), f32({5, 2, 8})}},
+      {"einsum sum", OpKind::kEinsum, attrs({{"equation", s("ij->i")}}), {f32({3, 4})}},
+  };
+  if (replay_allocations(rows[0]) < 0) GTEST_SKIP() << "no heap counter (sanitizer build)";
+  for (const OpCase& c : rows) {
+    EXPECT_TRUE(check_op_in_plan(c)) << c.label;
+    EXPECT_EQ(replay_allocations(c), 0) << c.label;
+  }
 }
 
 TEST(Linalg, ConvTranspose) {

@@ -1,15 +1,15 @@
 // CPU kernels for Conv, ConvTranspose and kiln.Conv (see kernels/kernel.h),
 // f32.
 //
-// Ungrouped 1-D and 2-D convolutions run on kiln's own GEMM (gemm.h), which
+// Ungrouped convolutions (1-D to 3-D) run on kiln's own GEMM (gemm.h), which
 // allocates nothing: by Winograd's transforms where the winograd_conv pass
 // marked them and they pay (winograd.h); else the input patches packed
 // (im2col) chunk by chunk into scratch (with stride 1 and output rows of
 // whole GEMM panels, the GEMM reads them in place from a zero-padded copy of
 // the input instead; with fewer output pixels an image than a GEMM panel is
 // wide, every image's patches are gathered as the rows of one product
-// against its weight packed once). Grouped and 3-D convolutions and
-// ConvTranspose run through oneDNN (dnnl_replay.h).
+// against its weight packed once). Grouped convolutions and ConvTranspose
+// run through oneDNN (dnnl_replay.h).
 //
 // In bf16 (passes' assign_precision), the GEMM's convolutions run on its
 // bf16 products where bf16_gemm() picks kiln (the weight rounded once, each
@@ -53,13 +53,14 @@ void fill_bias(TensorView& y, const TensorView* bias) {
   });
 }
 
-// An ungrouped 1-D or 2-D convolution's sizes (1-D as height 1), worked out
-// once: a plan step keeps them as its state, so replays read no attributes.
+// An ungrouped convolution's sizes (1-D as height 1, 1-D and 2-D as depth
+// 1), worked out once: a plan step keeps them as its state, so replays read
+// no attributes.
 struct ConvGeometry final : KernelState {
-  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
-  int64_t out_channels = 0, out_height = 0, out_width = 0;
-  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t batch = 0, in_channels = 0, depth = 1, height = 0, width = 0;
+  int64_t out_channels = 0, out_depth = 1, out_height = 0, out_width = 0;
+  int64_t kernel_d = 1, kernel_h = 1, kernel_w = 1, stride_d = 1, stride_h = 1, stride_w = 1;
+  int64_t pad_d = 0, pad_h = 0, pad_w = 0, dilation_d = 1, dilation_h = 1, dilation_w = 1;
   // Fewer output pixels an image than a GEMM panel is wide (an SD UNet's
   // 4x4 level): every image's pixels together are the GEMM's rows, against
   // the weight packed as B, instead of a product per image that leaves most
@@ -85,8 +86,9 @@ struct ConvGeometry final : KernelState {
   // rounded to bf16 (or through bf16: rounds_operands).
   PackedOperand<float> weight;
   PackedOperand<bf16> bf16_weight;
-  int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // GEMM's K
-  int64_t pixels() const { return out_height * out_width; }
+  int64_t patch() const { return in_channels * kernel_d * kernel_h * kernel_w; }  // GEMM's K
+  int64_t pixels() const { return out_depth * out_height * out_width; }
+  int64_t image_floats() const { return in_channels * depth * height * width; }  // one image of the input
   size_t owned_bytes() const override { return weight.owned_bytes() + bf16_weight.owned_bytes(); }
   bool copies_input(size_t index) const override {
     return (weight.data && weight.copies_input(index)) || (bf16_weight.data && bf16_weight.copies_input(index));
@@ -117,53 +119,56 @@ Result<ConvOperands> conv_operands(KernelContext& ctx, const ConvGeometry& g) {
 }
 
 // Packs the input patches of output pixels [p0, p0 + count) of one image
-// (im2col) straight into GEMM panels: row t = (channel, kernel row, kernel
-// column) of B holds, for each pixel, the input value under that tap, 0 in
-// the padding. Only channels [c_begin, c_end): the rows of the others are
-// left to another thread. Pixels of one output row read consecutive inputs (with stride
-// 1, a plain copy).
+// (im2col) straight into GEMM panels: row t = (channel, kernel frame, kernel
+// row, kernel column) of B holds, for each pixel, the input value under that
+// tap, 0 in the padding. Only channels [c_begin, c_end): the rows of the
+// others are left to another thread. Pixels of one output row read
+// consecutive inputs (with stride 1, a plain copy).
 void pack_patches(const ConvGeometry& g, const float* x, int64_t p0, int64_t count, int64_t c_begin,
                   int64_t c_end, float* panels) {
-  const int64_t w = gemm::panel_width(), taps = g.kernel_h * g.kernel_w;
+  const int64_t w = gemm::panel_width(), taps = g.kernel_d * g.kernel_h * g.kernel_w;
+  const int64_t plane_floats = g.height * g.width;
   for (int64_t q0 = p0; q0 < p0 + count; q0 += w, panels += g.patch() * w) {
     const int64_t cols = std::min(w, p0 + count - q0);
-    const int64_t first_oh = q0 / g.out_width, first_ow = q0 % g.out_width;
+    const int64_t first_row = q0 / g.out_width, first_ow = q0 % g.out_width;  // row: (output frame, output row)
     float* packed = panels + c_begin * taps * w;
     for (int64_t c = c_begin; c < c_end; ++c)
-      for (int64_t r = 0; r < g.kernel_h; ++r)
-        for (int64_t s = 0; s < g.kernel_w; ++s, packed += w) {
-          const float* plane = x + c * g.height * g.width;
-          // Runs of pixels along one output row (no division in this loop
-          // with stride 1: it runs for every tap of every panel).
-          int64_t oh = first_oh, ow = first_ow;
-          for (int64_t j = 0; j < cols; ow = 0, ++oh) {
-            const int64_t run = std::min(cols - j, g.out_width - ow);
-            const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
-            const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
-            float* out = packed + j;
-            if (ih < 0 || ih >= g.height) {
-              std::fill_n(out, run, 0.0f);
-            } else {
-              // Pixels [lo, hi) of the run read inside the row; the rest is padding.
-              int64_t lo, hi;
-              if (g.stride_w == 1) {
-                lo = std::clamp<int64_t>(-iw, 0, run);
-                hi = std::clamp<int64_t>(g.width - iw, lo, run);
+      for (int64_t f = 0; f < g.kernel_d; ++f)
+        for (int64_t r = 0; r < g.kernel_h; ++r)
+          for (int64_t s = 0; s < g.kernel_w; ++s, packed += w) {
+            // Runs of pixels along one output row (no division in this loop
+            // with stride 1 and one frame: it runs for every tap of every panel).
+            int64_t row = first_row, ow = first_ow;
+            for (int64_t j = 0; j < cols; ow = 0, ++row) {
+              const int64_t run = std::min(cols - j, g.out_width - ow);
+              const int64_t od = g.out_depth == 1 ? 0 : row / g.out_height, oh = row - od * g.out_height;
+              const int64_t id = od * g.stride_d - g.pad_d + f * g.dilation_d;
+              const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
+              const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
+              float* out = packed + j;
+              if (ih < 0 || ih >= g.height || id < 0 || id >= g.depth) {
+                std::fill_n(out, run, 0.0f);
               } else {
-                lo = std::clamp<int64_t>((-iw + g.stride_w - 1) / g.stride_w, 0, run);
-                hi = std::clamp<int64_t>((g.width - iw + g.stride_w - 1) / g.stride_w, lo, run);
+                // Pixels [lo, hi) of the run read inside the row; the rest is padding.
+                int64_t lo, hi;
+                if (g.stride_w == 1) {
+                  lo = std::clamp<int64_t>(-iw, 0, run);
+                  hi = std::clamp<int64_t>(g.width - iw, lo, run);
+                } else {
+                  lo = std::clamp<int64_t>((-iw + g.stride_w - 1) / g.stride_w, 0, run);
+                  hi = std::clamp<int64_t>((g.width - iw + g.stride_w - 1) / g.stride_w, lo, run);
+                }
+                const float* in = x + (c * g.depth + id) * plane_floats + ih * g.width + iw;
+                std::fill(out, out + lo, 0.0f);
+                if (g.stride_w == 1) std::copy(in + lo, in + hi, out + lo);
+                else
+                  for (int64_t i = lo; i < hi; ++i) out[i] = in[i * g.stride_w];
+                std::fill(out + hi, out + run, 0.0f);
               }
-              const float* in = plane + ih * g.width + iw;
-              std::fill(out, out + lo, 0.0f);
-              if (g.stride_w == 1) std::copy(in + lo, in + hi, out + lo);
-              else
-                for (int64_t i = lo; i < hi; ++i) out[i] = in[i * g.stride_w];
-              std::fill(out + hi, out + run, 0.0f);
+              j += run;
             }
-            j += run;
+            std::fill(packed + cols, packed + w, 0.0f);
           }
-          std::fill(packed + cols, packed + w, 0.0f);
-        }
   }
 }
 
@@ -234,8 +239,7 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
   const gemm::Epilogue epilogue = fused_epilogue(ctx, true);
   auto patches_of = [&](int64_t pixel_task, int64_t c_begin, int64_t c_end, float* packed) {
     const int64_t image = pixel_task / chunks, p0 = pixel_task % chunks * chunk;
-    pack_patches(g, x + image * g.in_channels * g.height * g.width, p0, std::min(chunk, pixels - p0), c_begin,
-                 c_end, packed);
+    pack_patches(g, x + image * g.image_floats(), p0, std::min(chunk, pixels - p0), c_begin, c_end, packed);
   };
   auto count_of = [&](int64_t pixel_task) { return std::min(chunk, pixels - pixel_task % chunks * chunk); };
   if (shared) {
@@ -270,20 +274,25 @@ Status conv_gemm(KernelContext& ctx, const ConvGeometry& g) {
 }
 
 // Input patches of output pixel `row` (of every image's, in order) as one
-// row of K: (channel, kernel row, kernel column), 0 in the padding.
+// row of K: (channel, kernel frame, kernel row, kernel column), 0 in the
+// padding.
 void gather_patch_row(const ConvGeometry& g, const float* x, int64_t row, float* out) {
   const int64_t image = row / g.pixels(), pixel = row % g.pixels();
-  const int64_t oh = pixel / g.out_width, ow = pixel % g.out_width;
-  for (int64_t c = 0; c < g.in_channels; ++c) {
-    const float* plane = x + (image * g.in_channels + c) * g.height * g.width;
-    for (int64_t r = 0; r < g.kernel_h; ++r) {
-      const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
-      for (int64_t s = 0; s < g.kernel_w; ++s) {
-        const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
-        *out++ = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width ? plane[ih * g.width + iw] : 0.0f;
+  const int64_t od = pixel / (g.out_height * g.out_width), oh = pixel / g.out_width % g.out_height;
+  const int64_t ow = pixel % g.out_width;
+  for (int64_t c = 0; c < g.in_channels; ++c)
+    for (int64_t f = 0; f < g.kernel_d; ++f) {
+      const int64_t id = od * g.stride_d - g.pad_d + f * g.dilation_d;
+      const int64_t frame = (image * g.in_channels + c) * g.depth + id;
+      for (int64_t r = 0; r < g.kernel_h; ++r) {
+        const int64_t ih = oh * g.stride_h - g.pad_h + r * g.dilation_h;
+        for (int64_t s = 0; s < g.kernel_w; ++s) {
+          const int64_t iw = ow * g.stride_w - g.pad_w + s * g.dilation_w;
+          const bool inside = id >= 0 && id < g.depth && ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
+          *out++ = inside ? x[(frame * g.height + ih) * g.width + iw] : 0.0f;
+        }
       }
     }
-  }
 }
 
 // pixels_as_rows: patches [images x pixels, K] gathered into scratch, times
@@ -656,24 +665,28 @@ Status conv_cpu(KernelContext& ctx, bool transpose) {
   // kiln's GEMM: f32, or bf16 where bf16_gemm() picks it (bf16 products, or
   // f32 ones on rounded operands).
   const bool winograd_marked = ctx.attrs().get_int("winograd", 0) > 0;
-  if (!transpose && g == 1 && spatial <= 2 && (!bf16 || bf16_gemm() != Bf16Gemm::kOnednn)) {
+  if (!transpose && g == 1 && (!bf16 || bf16_gemm() != Bf16Gemm::kOnednn)) {
     auto geometry = std::make_unique<ConvGeometry>();
     ConvGeometry& cg = *geometry;
-    const size_t h = spatial - 1;  // the last spatial dim is the width; 1-D has no height
+    const size_t wd = spatial - 1;  // the last spatial dim is the width, the one before the height
     cg.batch = x.shape[0], cg.in_channels = in_channels, cg.out_channels = out_channels;
-    cg.width = x.shape[2 + h], cg.out_width = y.shape[2 + h], cg.kernel_w = kernel_dims[h];
-    cg.stride_w = a.strides[h], cg.pad_w = pad_l[h], cg.dilation_w = a.dilations[h];
-    if (spatial == 2) {
-      cg.height = x.shape[2], cg.out_height = y.shape[2], cg.kernel_h = kernel_dims[0];
-      cg.stride_h = a.strides[0], cg.pad_h = pad_l[0], cg.dilation_h = a.dilations[0];
-    } else {
-      cg.height = cg.out_height = 1;
+    cg.width = x.shape[2 + wd], cg.out_width = y.shape[2 + wd], cg.kernel_w = kernel_dims[wd];
+    cg.stride_w = a.strides[wd], cg.pad_w = pad_l[wd], cg.dilation_w = a.dilations[wd];
+    cg.height = cg.out_height = 1;
+    if (spatial >= 2) {
+      const size_t hd = spatial - 2;
+      cg.height = x.shape[2 + hd], cg.out_height = y.shape[2 + hd], cg.kernel_h = kernel_dims[hd];
+      cg.stride_h = a.strides[hd], cg.pad_h = pad_l[hd], cg.dilation_h = a.dilations[hd];
+    }
+    if (spatial == 3) {
+      cg.depth = x.shape[2], cg.out_depth = y.shape[2], cg.kernel_d = kernel_dims[0];
+      cg.stride_d = a.strides[0], cg.pad_d = pad_l[0], cg.dilation_d = a.dilations[0];
     }
     cg.pixels_as_rows = cg.pixels() < gemm::panel_width();
     cg.bf16_products = bf16 && bf16_gemm() == Bf16Gemm::kKiln;
     cg.rounds_operands = bf16 && bf16_gemm() == Bf16Gemm::kKilnF32;
-    cg.rows_in_place = !cg.bf16_products && !cg.pixels_as_rows && cg.stride_h == 1 && cg.stride_w == 1 &&
-                       cg.out_width % gemm::panel_width() == 0;  // its B rows in place are f32
+    cg.rows_in_place = !cg.bf16_products && !cg.pixels_as_rows && spatial <= 2 && cg.stride_h == 1 &&
+                       cg.stride_w == 1 && cg.out_width % gemm::panel_width() == 0;  // its B rows in place are f32
     if (winograd_marked && spatial == 2 && cg.kernel_h == 3 && cg.kernel_w == 3 && cg.stride_h == 1 &&
         cg.stride_w == 1 && cg.dilation_h == 1 && cg.dilation_w == 1 && !fused_epilogue(ctx, true).activate)
       cg.winograd_tile = winograd_tile(ctx, winograd_conv(cg), cg.bf16_products);

@@ -3,8 +3,7 @@
 //
 // MatMul, Gemm and kiln.Linear run on kiln's own GEMM (kernels/cpu/gemm.h),
 // which allocates nothing: a constant weight is packed once into a plan
-// step's state (or into scratch on each eager call). Einsum runs through
-// oneDNN (dnnl_replay.h).
+// step's state (or into scratch on each eager call), as does Einsum.
 //
 // Nodes marked to compute in bf16 (passes' assign_precision) round their
 // operands to bf16 and sum in f32. kiln.Linear, Gemm and MatMul by one
@@ -348,10 +347,13 @@ Status cpu_Gemm(KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------
 // Einsum: two-operand contractions (what attention and torch exports write)
-// become one batched oneDNN matmul, each operand used in place when its
-// labels are already in matmul order (or its transpose) and copied into that
-// order otherwise. Everything else (one or three+ operands, diagonals, sums
-// over a label only one operand has, f64) runs a direct loop.
+// run on kiln's GEMM, a product per batch entry, each operand used in place
+// when its labels are already in product order (B also transposed) and
+// copied into that order otherwise. One operand that only permutes (an
+// unpatchify) is a strided copy. Everything else (three+ operands,
+// diagonals, sums over a label only one operand has, f64) runs a direct
+// loop. The equation is worked out once into an EinsumState, which a plan
+// step keeps, so a replay reads no attribute and allocates nothing.
 
 namespace {
 
@@ -370,51 +372,13 @@ Shape label_strides(const EinsumSpec& spec, size_t t, const Shape& shape, const 
   return strides;
 }
 
-template <typename T>
-void einsum_loop(KernelContext& ctx, const EinsumSpec& spec, const Shape& sizes) {
-  std::vector<int> summed;
-  for (int l = 0; l < spec.num_labels(); ++l)
-    if (!contains(spec.output, l) && sizes[size_t(l)] != 1) summed.push_back(l);
-  // strides[t][j]: operand t's stride along output label j, then summed label j.
-  const size_t operands = spec.inputs.size();
-  std::vector<Shape> out_strides(operands), sum_strides(operands);
-  for (size_t t = 0; t < operands; ++t) {
-    const Shape s = label_strides(spec, t, ctx.inputs[t]->shape, sizes);
-    for (int l : spec.output) out_strides[t].push_back(s[size_t(l)]);
-    for (int l : summed) sum_strides[t].push_back(s[size_t(l)]);
-  }
-  Shape out_dims, sum_dims;
-  for (int l : spec.output) out_dims.push_back(sizes[size_t(l)]);
-  for (int l : summed) sum_dims.push_back(sizes[size_t(l)]);
-  const int64_t out_count = shape_numel(out_dims), sum_count = shape_numel(sum_dims);
-  T* out = ctx.output(0)->as<T>();
-
-  parallel_for(out_count, double(out_count) * double(sum_count) * double(operands) > kParallelWork, [&](int64_t o) {
-    double acc = 0;
-    for (int64_t s = 0; s < sum_count; ++s) {
-      double product = 1;
-      for (size_t t = 0; t < operands; ++t) {
-        int64_t offset = 0;
-        for (int64_t rest = o, j = int64_t(out_dims.size()); j-- > 0; rest /= out_dims[size_t(j)])
-          offset += rest % out_dims[size_t(j)] * out_strides[t][size_t(j)];
-        for (int64_t rest = s, j = int64_t(sum_dims.size()); j-- > 0; rest /= sum_dims[size_t(j)])
-          offset += rest % sum_dims[size_t(j)] * sum_strides[t][size_t(j)];
-        product *= double(ctx.inputs[t]->as<T>()[offset]);
-      }
-      acc += product;
-    }
-    out[o] = T(acc);
-  });
-}
-
-// Labels of a two-operand contraction, by role in the matmul Y = A x B.
+// Labels of a two-operand contraction, by role in the product Y = A x B.
 struct Contraction {
   std::vector<int> batch, m, n, k;  // batch, m, n in output order; k in A's order
 };
 
-// The contraction a two-operand equation is, if it is one oneDNN can run.
-std::optional<Contraction> as_contraction(const EinsumSpec& spec, const Shape& a_shape,
-                                          const Shape& b_shape) {
+// The contraction a two-operand equation is, if it is one.
+std::optional<Contraction> as_contraction(const EinsumSpec& spec, const Shape& a_shape, const Shape& b_shape) {
   const std::vector<int>&la = spec.inputs[0], &lb = spec.inputs[1], &lo = spec.output;
   for (const auto* labels : {&la, &lb})
     for (int l : *labels)
@@ -434,7 +398,6 @@ std::optional<Contraction> as_contraction(const EinsumSpec& spec, const Shape& a
   }
   for (int l : lb)
     if (!contains(lo, l) && !contains(la, l)) return std::nullopt;  // summed over B alone
-  if (c.batch.size() + 2 > DNNL_MAX_NDIMS) return std::nullopt;
   return c;
 }
 
@@ -444,110 +407,230 @@ std::vector<int> concat(std::initializer_list<const std::vector<int>*> parts) {
   return out;
 }
 
-// One matmul operand: `labels` (an operand's subscripts) presented as
-// [batch..., rows, cols] with rows = the `rows` labels flattened, cols alike.
-// Uses the operand in place when its layout allows (rows/cols in order, or
-// transposed); otherwise copies it into scratch in that order.
-Result<std::pair<memory::desc, const float*>> matmul_operand(
-    KernelContext& ctx, const float* data, const Shape& shape, const std::vector<int>& labels,
-    const Contraction& c, const std::vector<int>& rows, const std::vector<int>& cols) {
-  auto dim_of = [&](int l) { return shape[size_t(std::find(labels.begin(), labels.end(), l) - labels.begin())]; };
-  auto group_size = [&](const std::vector<int>& g) {
-    int64_t n = 1;
-    for (int l : g) n *= dim_of(l);
-    return n;
-  };
-  Shape dims;
-  for (int l : c.batch) dims.push_back(dim_of(l));
-  const int64_t r = group_size(rows), q = group_size(cols);
-  dims.push_back(r);
-  dims.push_back(q);
-  Shape batch_strides = shape_strides(dims);
-  batch_strides.resize(c.batch.size());
-  auto with_inner = [&](int64_t row_stride, int64_t col_stride) {
-    Shape s = batch_strides;
-    s.push_back(row_stride);
-    s.push_back(col_stride);
-    return s;
-  };
-  if (labels == concat({&c.batch, &rows, &cols})) return std::pair{strided_desc(dims, with_inner(q, 1)), data};
-  if (labels == concat({&c.batch, &cols, &rows})) return std::pair{strided_desc(dims, with_inner(1, r)), data};
+// A strided copy, worked out ahead: element i of `dims` from src + the
+// dot of its index with src_strides to dst likewise.
+struct StridedCopy {
+  Shape dims, src_strides, dst_strides;
+  void run(const float* src, float* dst) const { copy_strided(src, src_strides, dst, dst_strides, dims); }
+};
 
-  const std::vector<int> order = concat({&c.batch, &rows, &cols});
+// Operand t's elements in `order` (labels), as a copy into that order's row-major layout.
+StridedCopy copy_into_order(const EinsumSpec& spec, size_t t, const Shape& shape, const std::vector<int>& order) {
+  const std::vector<int>& labels = spec.inputs[t];
   const Shape row_major = shape_strides(shape);
-  Shape order_dims, order_strides;
+  StridedCopy c;
   for (int l : order) {
     const size_t d = size_t(std::find(labels.begin(), labels.end(), l) - labels.begin());
-    order_dims.push_back(shape[d]);
-    order_strides.push_back(row_major[d]);
+    c.dims.push_back(shape[d]);
+    c.src_strides.push_back(row_major[d]);
   }
-  KILN_ASSIGN_OR_RETURN(float* copy, scratch_floats(ctx, shape_numel(shape), "an operand copy"));
-  copy_strided(data, order_strides, copy, shape_strides(order_dims), order_dims);
-  return std::pair{plain_desc(dims), static_cast<const float*>(copy)};
+  c.dst_strides = shape_strides(c.dims);
+  return c;
 }
 
-Status einsum_matmul(KernelContext& ctx, const EinsumSpec& spec, const Contraction& c,
-                     const Shape& sizes) {
-  const TensorView &a = *ctx.input(0), &b = *ctx.input(1);
-  TensorView& y = *ctx.output(0);
-  KILN_ASSIGN_OR_RETURN(auto ad, matmul_operand(ctx, a.as<float>(), a.shape, spec.inputs[0], c, c.m, c.k));
-  KILN_ASSIGN_OR_RETURN(auto bd, matmul_operand(ctx, b.as<float>(), b.shape, spec.inputs[1], c, c.k, c.n));
-  Shape y_dims;
-  int64_t m = 1, n = 1;
-  for (int l : c.batch) y_dims.push_back(sizes[size_t(l)]);
-  for (int l : c.m) m *= sizes[size_t(l)];
-  for (int l : c.n) n *= sizes[size_t(l)];
-  y_dims.push_back(m);
-  y_dims.push_back(n);
-  const std::vector<int> y_order = concat({&c.batch, &c.m, &c.n});
-  const bool in_place = y_order == spec.output;
-  float* py = y.as<float>();
-  if (!in_place) {
-    KILN_ASSIGN_OR_RETURN(py, scratch_floats(ctx, y.numel(), "the result"));
+struct EinsumState final : KernelState {
+  enum class Path { kProduct, kPermute, kLoop } path = Path::kLoop;
+  // kPermute: the output is the one operand's elements, reordered.
+  StridedCopy permute;
+  // kProduct: per batch entry, Y[m, n] = A[m, k] x B[k, n].
+  int64_t m = 0, n = 0, k = 0, batches = 0;
+  Shape batch_dims, a_batch_strides, b_batch_strides;  // operands' strides by batch label (0: broadcast)
+  std::optional<StridedCopy> a_copy, b_copy;             // into [batch, m, k] and [batch, k, n] order
+  int64_t b_row_stride = 0, b_col_stride = 0;            // B's (t, j) at t * row + j * col within an entry
+  std::optional<StridedCopy> y_permute;                  // [batch, m, n] into the output's order
+  int64_t a_floats = 0, b_floats = 0;                    // copies' sizes (0: used in place)
+  // kLoop: operand t's strides along output labels, then summed labels.
+  Shape out_dims, sum_dims;
+  std::vector<Shape> out_strides, sum_strides;
+};
+
+// An operand's strides by batch label within the layout it is read from
+// (its copy, in [batch, rows, cols] order, or itself), 0 where it broadcasts.
+Shape batch_strides_of(const EinsumSpec& spec, size_t t, const Shape& shape, const Contraction& c,
+                       const Shape& sizes, const std::optional<StridedCopy>& copy) {
+  Shape strides;
+  const Shape own = copy ? copy->dst_strides : label_strides(spec, t, shape, sizes);
+  for (size_t i = 0; i < c.batch.size(); ++i) {
+    const int l = c.batch[i];
+    const size_t d = size_t(std::find(spec.inputs[t].begin(), spec.inputs[t].end(), l) - spec.inputs[t].begin());
+    const bool broadcast = shape[d] != sizes[size_t(l)];
+    strides.push_back(broadcast ? 0 : copy ? own[i] : own[size_t(l)]);
   }
-  KILN_RETURN_IF_ERROR(run_matmul(ctx, ad.first, ad.second, bd.first, bd.second, plain_desc(y_dims), py));
-  if (in_place) return ok_status();
-  // Permute the [batch, m, n] result into the output's label order.
-  Shape result_dims, out_dims;
-  for (int l : y_order) result_dims.push_back(sizes[size_t(l)]);
-  const Shape result_strides = shape_strides(result_dims);
-  Shape strides_in_out_order;
-  for (int l : spec.output) {
-    out_dims.push_back(sizes[size_t(l)]);
-    strides_in_out_order.push_back(
-        result_strides[size_t(std::find(y_order.begin(), y_order.end(), l) - y_order.begin())]);
+  return strides;
+}
+
+Result<EinsumState> einsum_state(const KernelContext& ctx, DType dtype) {
+  Shape sizes;
+  KILN_ASSIGN_OR_RETURN(EinsumSpec spec,
+                        einsum_parse_concrete(ctx.attrs().get_string("equation", ""), ctx.inputs, &sizes));
+  EinsumState st;
+  auto group = [&](const std::vector<int>& labels) {
+    int64_t n = 1;
+    for (int l : labels) n *= sizes[size_t(l)];
+    return n;
+  };
+  std::optional<Contraction> c;
+  if (dtype == DType::kF32 && spec.inputs.size() == 2)
+    c = as_contraction(spec, ctx.input(0)->shape, ctx.input(1)->shape);
+  if (c) {
+    st.path = EinsumState::Path::kProduct;
+    const Shape &a_shape = ctx.input(0)->shape, &b_shape = ctx.input(1)->shape;
+    st.m = group(c->m), st.n = group(c->n), st.k = group(c->k), st.batches = group(c->batch);
+    for (int l : c->batch) st.batch_dims.push_back(sizes[size_t(l)]);
+    if (spec.inputs[0] != concat({&c->batch, &c->m, &c->k})) {
+      st.a_copy = copy_into_order(spec, 0, a_shape, concat({&c->batch, &c->m, &c->k}));
+      st.a_floats = ctx.input(0)->numel();
+    }
+    st.b_row_stride = st.n, st.b_col_stride = 1;
+    if (spec.inputs[1] == concat({&c->batch, &c->n, &c->k})) {
+      st.b_row_stride = 1, st.b_col_stride = st.k;  // transposed in place
+    } else if (spec.inputs[1] != concat({&c->batch, &c->k, &c->n})) {
+      st.b_copy = copy_into_order(spec, 1, b_shape, concat({&c->batch, &c->k, &c->n}));
+      st.b_floats = ctx.input(1)->numel();
+    }
+    st.a_batch_strides = batch_strides_of(spec, 0, a_shape, *c, sizes, st.a_copy);
+    st.b_batch_strides = batch_strides_of(spec, 1, b_shape, *c, sizes, st.b_copy);
+    const std::vector<int> y_order = concat({&c->batch, &c->m, &c->n});
+    if (y_order != spec.output) {
+      StridedCopy p;
+      const Shape result_strides = shape_strides([&] {
+        Shape d;
+        for (int l : y_order) d.push_back(sizes[size_t(l)]);
+        return d;
+      }());
+      for (int l : spec.output) {
+        p.dims.push_back(sizes[size_t(l)]);
+        p.src_strides.push_back(result_strides[size_t(std::find(y_order.begin(), y_order.end(), l) - y_order.begin())]);
+      }
+      p.dst_strides = shape_strides(p.dims);
+      st.y_permute = std::move(p);
+    }
+    return st;
   }
-  copy_strided(py, strides_in_out_order, y.as<float>(), shape_strides(out_dims), out_dims);
+  std::vector<int> summed;
+  for (int l = 0; l < spec.num_labels(); ++l)
+    if (!contains(spec.output, l) && sizes[size_t(l)] != 1) summed.push_back(l);
+  const size_t operands = spec.inputs.size();
+  st.out_strides.resize(operands);
+  st.sum_strides.resize(operands);
+  for (size_t t = 0; t < operands; ++t) {
+    const Shape s = label_strides(spec, t, ctx.inputs[t]->shape, sizes);
+    for (int l : spec.output) st.out_strides[t].push_back(s[size_t(l)]);
+    for (int l : summed) st.sum_strides[t].push_back(s[size_t(l)]);
+  }
+  for (int l : spec.output) st.out_dims.push_back(sizes[size_t(l)]);
+  for (int l : summed) st.sum_dims.push_back(sizes[size_t(l)]);
+  if (dtype == DType::kF32 && operands == 1 && summed.empty()) {
+    st.path = EinsumState::Path::kPermute;
+    st.permute = {st.out_dims, st.out_strides[0], shape_strides(st.out_dims)};
+  }
+  return st;
+}
+
+template <typename T>
+void einsum_loop(KernelContext& ctx, const EinsumState& st) {
+  const int64_t out_count = shape_numel(st.out_dims), sum_count = shape_numel(st.sum_dims);
+  const size_t operands = st.out_strides.size();
+  T* out = ctx.output(0)->as<T>();
+  parallel_for(out_count, double(out_count) * double(sum_count) * double(operands) > kParallelWork, [&](int64_t o) {
+    double acc = 0;
+    for (int64_t s = 0; s < sum_count; ++s) {
+      double product = 1;
+      for (size_t t = 0; t < operands; ++t) {
+        int64_t offset = 0;
+        for (int64_t rest = o, j = int64_t(st.out_dims.size()); j-- > 0; rest /= st.out_dims[size_t(j)])
+          offset += rest % st.out_dims[size_t(j)] * st.out_strides[t][size_t(j)];
+        for (int64_t rest = s, j = int64_t(st.sum_dims.size()); j-- > 0; rest /= st.sum_dims[size_t(j)])
+          offset += rest % st.sum_dims[size_t(j)] * st.sum_strides[t][size_t(j)];
+        product *= double(ctx.inputs[t]->as<T>()[offset]);
+      }
+      acc += product;
+    }
+    out[o] = T(acc);
+  });
+}
+
+// Offset of batch entry `b` (row-major over dims) along `strides`.
+int64_t batch_offset(int64_t b, const Shape& dims, const Shape& strides) {
+  int64_t offset = 0;
+  for (size_t d = dims.size(); d-- > 0; b /= dims[d]) offset += b % dims[d] * strides[d];
+  return offset;
+}
+
+// The products: operands copied into product order where needed, then one
+// product per batch entry (B packed into the thread's scratch), entries
+// across the threads, or one entry's tiles when there are fewer entries
+// than threads.
+Status einsum_product(KernelContext& ctx, const EinsumState& st) {
+  const float* a = ctx.input(0)->as<float>();
+  const float* b = ctx.input(1)->as<float>();
+  if (st.a_copy) {
+    KILN_ASSIGN_OR_RETURN(float* copy, scratch_floats(ctx, st.a_floats, "A in product order"));
+    st.a_copy->run(a, copy);
+    a = copy;
+  }
+  if (st.b_copy) {
+    KILN_ASSIGN_OR_RETURN(float* copy, scratch_floats(ctx, st.b_floats, "B in product order"));
+    st.b_copy->run(b, copy);
+    b = copy;
+  }
+  float* y = ctx.output(0)->as<float>();
+  if (st.y_permute) {
+    KILN_ASSIGN_OR_RETURN(y, scratch_floats(ctx, st.batches * st.m * st.n, "the products"));
+  }
+  if (st.k == 0) {
+    std::fill_n(y, st.batches * st.m * st.n, 0.0f);
+  } else {
+    const int64_t threads = thread_slots(), packed = gemm::packed_floats(st.k, st.n);
+    const bool across = st.batches >= threads;
+    const int64_t slot = across ? thread_slot<float>(packed) : packed;
+    KILN_ASSIGN_OR_RETURN(float* panels, scratch_floats(ctx, (across ? threads : 1) * slot, "packed B"));
+    auto product = [&](int64_t entry, float* pb, bool parallel) {
+      gemm::pack(b + batch_offset(entry, st.batch_dims, st.b_batch_strides), st.b_row_stride, st.b_col_stride, st.k,
+                 st.n, pb);
+      const gemm::Problem p{st.m, st.n, st.k, a + batch_offset(entry, st.batch_dims, st.a_batch_strides), st.k, pb,
+                            y + entry * st.m * st.n, st.n};
+      if (parallel) gemm::multiply(p, {}, true);
+      else gemm::block(p, {});
+    };
+    if (across) {
+      parallel_for(st.batches, true, [&](int64_t entry) { product(entry, panels + omp_get_thread_num() * slot, false); });
+    } else {
+      for (int64_t entry = 0; entry < st.batches; ++entry) product(entry, panels, st.m * st.n * st.k > kParallelWork);
+    }
+  }
+  if (st.y_permute) st.y_permute->run(y, ctx.output(0)->as<float>());
+  return ok_status();
+}
+
+Status run_einsum(KernelContext& ctx, const EinsumState& st) {
+  switch (st.path) {
+    case EinsumState::Path::kProduct:
+      return einsum_product(ctx, st);
+    case EinsumState::Path::kPermute:
+      st.permute.run(ctx.input(0)->as<float>(), ctx.output(0)->as<float>());
+      return ok_status();
+    case EinsumState::Path::kLoop:
+      if (ctx.input(0)->dtype == DType::kF32) einsum_loop<float>(ctx, st);
+      else einsum_loop<double>(ctx, st);
+      return ok_status();
+  }
   return ok_status();
 }
 
 }  // namespace
 
 Status cpu_Einsum(KernelContext& ctx) {
-  if (const DnnlReplay* r = replay_of(ctx)) return replay(ctx, *r);
+  if (const auto* st = ctx.state ? dynamic_cast<const EinsumState*>(ctx.state->get()) : nullptr)
+    return run_einsum(ctx, *st);
   const DType dtype = ctx.input(0)->dtype;
   if (dtype != DType::kF32 && dtype != DType::kF64)
     return ctx.unsupported_error("dtype {} is not implemented", dtype_name(dtype));
-  Shape sizes;
-  KILN_ASSIGN_OR_RETURN(EinsumSpec spec,
-                        einsum_parse_concrete(ctx.attrs().get_string("equation", ""), ctx.inputs, &sizes));
-  TensorView& y = *ctx.output(0);
-  if (y.numel() == 0) return ok_status();
-
-  if (dtype == DType::kF32 && ctx.cpu && spec.inputs.size() == 2) {
-    if (const auto c = as_contraction(spec, ctx.input(0)->shape, ctx.input(1)->shape)) {
-      int64_t k = 1;
-      for (int l : c->k) k *= sizes[size_t(l)];
-      if (k == 0) {
-        fill_zero(y);
-        return ok_status();
-      }
-      return guard_dnnl(ctx, [&] { return einsum_matmul(ctx, spec, *c, sizes); });
-    }
-  }
-  if (dtype == DType::kF32) einsum_loop<float>(ctx, spec, sizes);
-  else einsum_loop<double>(ctx, spec, sizes);
-  return ok_status();
+  if (ctx.output(0)->numel() == 0) return ok_status();
+  KILN_ASSIGN_OR_RETURN(EinsumState st, einsum_state(ctx, dtype));
+  if (!recording(ctx)) return run_einsum(ctx, st);
+  *ctx.state = std::make_unique<EinsumState>(std::move(st));
+  return run_einsum(ctx, static_cast<const EinsumState&>(**ctx.state));
 }
 
 // kiln.Linear: one GEMM, A folded to [M, K], the weight packed once, and the
