@@ -16,6 +16,8 @@ if [[ "${KILN_SETUP_PYTHON:-0}" == 1 ]]; then
   # OpenBLAS: without it Debian's torch runs on the reference BLAS, far too
   # slow to train tools/train_default_model.py.
   packages+=(python3-torch python3-onnx python3-numpy python3-regex libopenblas0-openmp)
+  # tools/make_tiny_wan.py: spm_train for its tokenizer, the Python module to check it.
+  packages+=(sentencepiece python3-sentencepiece)
 fi
 # Only for bench/compare (tools/setup_compare.sh): the Python set, matplotlib
 # for its chart, GNU time for peak RSS, and node with npm unless some node

@@ -38,11 +38,12 @@ Value* NetBuilder::param(std::string_view name) {
 }
 
 Value* NetBuilder::linear(Value* x, std::string_view module, std::string_view activation, float alpha,
-                          Value* residual) {
+                          Value* residual, Value* gate) {
   GraphBuilder::Scope scope = b.scope(module);
-  std::vector<Value*> inputs = {x, stored("weight"), has("bias") ? param("bias") : nullptr};
-  if (residual) inputs.push_back(residual);
-  else if (!inputs[2]) inputs.pop_back();
+  Value* weight = stored("weight");
+  if (b.ok() && weight->shape && weight->shape->size() > 2) weight = reshape(weight, {(*weight->shape)[0].value, -1});
+  std::vector<Value*> inputs = {x, weight, has("bias") ? param("bias") : nullptr, residual, gate};
+  while (!inputs.back()) inputs.pop_back();
   Attributes attrs{{"transB", int64_t(1)}, {"activation", std::string(activation)}};
   if (alpha != 1.0f) attrs.set("alpha", alpha);
   return b.op(OpKind::kLinear, std::move(inputs), std::move(attrs), "Linear");
@@ -52,17 +53,28 @@ Value* NetBuilder::conv(Value* x, std::string_view module, const ConvArgs& args)
   GraphBuilder::Scope scope = b.scope(module);
   Value* weight = stored("weight");
   if (!b.ok()) return b.poison();
-  if (!weight->shape || weight->shape->size() != 4)
-    return b.fail(invalid_argument("{}: '{}' is not a 2-D convolution's weight [out, in, kh, kw]", w.label(),
+  if (args.per_frame && weight->shape && weight->shape->size() == 4) {
+    const SymShape& k = *weight->shape;
+    weight = reshape(weight, {k[0].value, k[1].value, 1, k[2].value, k[3].value});
+  }
+  const bool video = weight->shape && weight->shape->size() == 5;
+  if (!weight->shape || (weight->shape->size() != 4 && !video))
+    return b.fail(invalid_argument("{}: '{}' is no convolution's weight [out, in, (kt,) kh, kw]", w.label(),
                                    w.origin(param_name("weight"))));
-  const Ints kernel = {(*weight->shape)[2].value, (*weight->shape)[3].value};
-  const int64_t p = args.pad;
-  std::vector<Value*> inputs = {x, weight, has("bias") ? param("bias") : nullptr};
-  if (args.residual) inputs.push_back(args.residual);
-  else if (!inputs[2]) inputs.pop_back();
+  Ints kernel;
+  for (size_t d = 2; d < weight->shape->size(); ++d) kernel.push_back((*weight->shape)[d].value);
+  const int64_t p = args.pad, s = args.stride;
+  Ints pads = args.pad_end_only ? Ints{0, 0, p, p} : Ints{p, p, p, p};
+  Ints strides = {s, s};
+  if (video) {
+    pads = {args.pad_front, pads[0], pads[1], 0, pads[2], pads[3]};
+    strides.insert(strides.begin(), args.stride_t);
+  }
+  std::vector<Value*> inputs = {x, weight, has("bias") ? param("bias") : nullptr, args.residual};
+  while (!inputs.back()) inputs.pop_back();
   Attributes attrs{{"kernel_shape", kernel},
-                   {"strides", Ints{args.stride, args.stride}},
-                   {"pads", args.pad_end_only ? Ints{0, 0, p, p} : Ints{p, p, p, p}},
+                   {"strides", strides},
+                   {"pads", pads},
                    {"activation", std::string(args.activation)}};
   return b.op(OpKind::kFusedConv, std::move(inputs), std::move(attrs), "Conv");
 }
@@ -80,14 +92,23 @@ Value* NetBuilder::layer_norm(Value* x, std::string_view module, float eps) {
               {{"axis", int64_t(-1)}, {"epsilon", eps}}, "LayerNormalization");
 }
 
+Value* NetBuilder::rms_norm(Value* x, std::string_view module, float eps, int64_t axis, bool silu,
+                            std::string_view scale_name) {
+  GraphBuilder::Scope scope = b.scope(module);
+  Value* scale = param(scale_name);
+  if (b.ok() && scale->shape && scale->shape->size() != 1) scale = reshape(scale, {-1});  // the VAE's [C, 1, 1, 1]
+  return b.op(OpKind::kRmsNorm, {x, scale},
+              {{"axis", axis}, {"epsilon", eps}, {"activation", std::string(silu ? "silu" : "none")}}, "RmsNorm");
+}
+
 Value* NetBuilder::attention(Value* q, Value* k, Value* v, int64_t heads, int64_t head_dim, Value* mask,
-                             bool upcast) {
+                             bool upcast, std::optional<float> scale) {
   // [B, S, H*D] viewed as [B, S, H, D]; the attention reads each through its
   // perm and writes [B, Sq, H, D] (out_perm), so no transpose is copied.
   auto split = [&](Value* x) { return reshape(x, {0, 0, heads, head_dim}); };
   std::vector<Value*> inputs = {split(q), split(k), split(v)};
   if (mask) inputs.push_back(mask);
-  Attributes attrs{{attention_attrs::kScale, float(1.0 / std::sqrt(double(head_dim)))},
+  Attributes attrs{{attention_attrs::kScale, scale.value_or(float(1.0 / std::sqrt(double(head_dim))))},
                    {"q_perm", Ints{0, 2, 1, 3}},
                    {"k_perm", Ints{0, 2, 3, 1}},
                    {"v_perm", Ints{0, 2, 1, 3}},

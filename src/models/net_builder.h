@@ -15,6 +15,7 @@
 // kilobytes, are used as f32, widened where the file holds them narrower.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -25,10 +26,15 @@ namespace kiln {
 
 struct ConvArgs {
   int64_t stride = 1;
-  int64_t pad = 0;          // on every side
+  int64_t pad = 0;          // on every side (of a 3-D convolution: every side of H and W)
   bool pad_end_only = false;  // pad only after each axis (LDM's VAE downsample: (0, 1, 0, 1))
   std::string_view activation = "none";
   Value* residual = nullptr;  // added after the activation
+  // 3-D only: frames of causal padding in front (the rest of the time axis unpadded)
+  // and the stride along time.
+  int64_t pad_front = 0, stride_t = 1;
+  // A 2-D weight [O, I, kh, kw] applied to each frame of a video [N, C, T, H, W].
+  bool per_frame = false;
 };
 
 class NetBuilder {
@@ -52,18 +58,26 @@ class NetBuilder {
   // The tensor of a parameter, for shapes (marks it used); null when absent.
   const Tensor* tensor(std::string_view name) const;
 
-  // kiln.Linear over `module`'s weight [N, K] (transB) and optional bias.
+  // kiln.Linear over `module`'s weight [N, K] (transB; a 1x1 convolution's
+  // [N, K, 1, 1] alike) and optional bias;
+  // `gate` scales the product before the residual is added (see kiln.Linear).
   Value* linear(Value* x, std::string_view module, std::string_view activation = "none", float alpha = 1.0f,
-                Value* residual = nullptr);
-  // kiln.Conv over `module`'s weight [O, I, kh, kw] and bias.
+                Value* residual = nullptr, Value* gate = nullptr);
+  // kiln.Conv over `module`'s weight [O, I, kh, kw] (or [O, I, kt, kh, kw]:
+  // a 3-D convolution) and bias.
   Value* conv(Value* x, std::string_view module, const ConvArgs& args = {});
   Value* group_norm(Value* x, std::string_view module, int64_t groups, float eps, bool silu);
   Value* layer_norm(Value* x, std::string_view module, float eps);
+  // kiln.RmsNorm over `axis` with `module`'s `scale_name` parameter (any
+  // shape of C values), then SiLU where `silu`.
+  Value* rms_norm(Value* x, std::string_view module, float eps, int64_t axis = -1, bool silu = false,
+                  std::string_view scale_name = "weight");
   // Multi-head attention over tokens: q [B, Sq, H*D], k and v [B, Sk, H*D]
-  // -> [B, Sq, H*D]; scale D^-0.5; an additive mask broadcast to [Sq, Sk];
-  // `upcast`: kept in f32 under bf16 (ir/attention_attrs.h).
+  // -> [B, Sq, H*D]; scale D^-0.5 (or `scale` when given); an additive mask
+  // broadcast to [B, H, Sq, Sk]; `upcast`: kept in f32 under bf16
+  // (ir/attention_attrs.h).
   Value* attention(Value* q, Value* k, Value* v, int64_t heads, int64_t head_dim, Value* mask = nullptr,
-                   bool upcast = false);
+                   bool upcast = false, std::optional<float> scale = std::nullopt);
 
   // diffusers' ResnetBlock2D (the UNet's and the VAE's): two GroupNorm-SiLU-
   // 3x3 conv stages, `temb_silu` [B, T] (none in a VAE) projected and added
