@@ -8,6 +8,7 @@ packages=(
   libdnnl-dev opencl-headers ocl-icd-opencl-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev libxxhash-dev
+  libxml2-dev  # HTML character references in Wan's prompt cleaning
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev  # the fuzzers: clang's OpenMP
 )

@@ -140,17 +140,6 @@ Status apply_gate(KernelContext& ctx) {
   return ok_status();
 }
 
-// y = a x b over (batched, possibly broadcast, possibly strided) matrices.
-Status run_matmul(KernelContext& ctx, const memory::desc& a, const float* pa, const memory::desc& b,
-                  const float* pb, const memory::desc& y, float* py,
-                  const dnnl::primitive_attr& attr = user_scratchpad_attr()) {
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, weights_desc(ctx, 1, b), y), attr,
-                                  ctx.cpu->engine);
-  return execute<dnnl::matmul>(ctx, pd, {{DNNL_ARG_SRC, bind(ctx, a, pa)},
-                                         {DNNL_ARG_WEIGHTS, bind(ctx, b, pb)},
-                                         {DNNL_ARG_DST, bind(ctx, y, py)}});
-}
-
 // y = a x b (+ bias, then attr's post-ops) computed in bf16: inputs 0 (a)
 // and 1 (b) rounded to bf16, f32 accumulation, y f32 (plain, `y_dims`); a and
 // b are seen through dims and element strides over their f32 tensors, the
