@@ -18,7 +18,7 @@ inline constexpr int kOpCount = 0
 #include "ir/op_table.def"
 #undef KILN_OP
     ;
-static_assert(kOpCount == 71, "op_table.def changed: update this count and the kernels");
+static_assert(kOpCount == 72, "op_table.def changed: update this count and the kernels");
 
 // How many inputs and outputs a node of the op may have (op_table.def).
 inline constexpr int kMany = 1 << 20;

@@ -231,6 +231,14 @@ Status parse_config(const nlohmann::json& json, SchedulerConfig* c) {
   KILN_RETURN_IF_ERROR(r.boolean("euler_at_final", &c->euler_at_final));
   // Wan's configs name the shift flow_shift.
   KILN_RETURN_IF_ERROR(r.finite(r.find("shift") ? "shift" : "flow_shift", 1e-6, 1e6, &c->shift));
+  // UniPC's own fields.
+  KILN_RETURN_IF_ERROR(r.boolean("use_flow_sigmas", &c->use_flow_sigmas));
+  KILN_RETURN_IF_ERROR(r.integer("solver_order", 1, 2, &c->solver_order));
+  KILN_RETURN_IF_ERROR(r.boolean("predict_x0", &c->predict_x0));
+  if (const nlohmann::json* v = r.find("solver_type"); v && c->class_name == "UniPCMultistepScheduler" && *v != "bh2")
+    return unsupported("solver_type = {} is not supported (kiln implements \"bh2\")", json_text(*v));
+  if (const nlohmann::json* v = r.find("disable_corrector"); v && !(v->is_array() && v->empty()))
+    return unsupported("disable_corrector = {} is not supported (kiln implements [])", json_text(*v));
   return ok_status();
 }
 
@@ -572,6 +580,96 @@ Status flow_euler_schedule(const SchedulerConfig& c, int steps, Schedule* s) {
   return ok_status();
 }
 
+// UniPC (bh2, predict_x0) over diffusers' flow sigmas (use_flow_sigmas):
+// sigma = linspace(1, 1/n, steps + 1)[:-1] shifted s u / (1 + (s - 1) u) in
+// float64, the first nudged below 1, timesteps int64(sigma n) from those,
+// then the sigmas rounded to float32 and a final 0; every coefficient in
+// double from the float32 sigmas. With alpha = 1 - sigma and lambda =
+// ln alpha - ln sigma, step i from s = sigma_i to t = sigma_{i+1}, h =
+// lambda_t - lambda_s, the x0 estimates m_i = x_i - sigma_i v_i:
+//   corrector (UniC, i > 0, of the last predictor's order q):
+//     c_i = sigma_i/sigma_{i-1} c_{i-1} - alpha_i phi m_{i-1} - alpha_i B (rho_0 D + rho_q (m_i - m_{i-1}))
+//   predictor (UniP, order p = min(solver_order, steps - i, i + 1)):
+//     x_{i+1} = t/s c_i - alpha_t phi m_i - alpha_t B rho (m_{i-1} - m_i) / r
+// with phi = B = e^-h - 1 (bh2), D = (m_{i-2} - m_{i-1}) / r, r the ratio of
+// the last two lambda steps, rho 1/2 for the order-2 predictor and the
+// order-1 corrector, else the solution of UniPC's order conditions. The
+// step to sigma = 0 (lambda = inf) gives exactly m_i.
+Status unipc_schedule(const SchedulerConfig& c, int steps, Schedule* s, std::vector<UniPcCoefficients>* rows) {
+  if (c.prediction_type != PredictionType::kFlow || !c.use_flow_sigmas)
+    return unsupported("kiln's unipc is for flow models (prediction_type \"flow_prediction\", use_flow_sigmas)");
+  if (!c.predict_x0) return unsupported("predict_x0 = false is not supported");
+  if (c.use_karras_sigmas) return unsupported("use_karras_sigmas with unipc is not supported");
+  if (c.final_sigmas_type != FinalSigmas::kZero) return unsupported("final_sigmas_type sigma_min with unipc is not supported");
+  const int n = c.num_train_timesteps;
+  std::vector<double> u = np_linspace(1.0, 1.0 / n, steps + 1);
+  std::vector<double> sig(steps + 1, 0.0);
+  for (int i = 0; i < steps; ++i) {
+    double v = c.shift * u[i] / (1 + (c.shift - 1) * u[i]);
+    if (i == 0 && std::abs(v - 1) < 1e-6) v -= 1e-6;  // diffusers keeps lambda finite at the start
+    s->rows.push_back({.timestep = std::floor(v * n), .in_scale = 1, .d_x = 1});
+    sig[i] = static_cast<float>(v);
+    s->rows.back().d_out = -sig[i];
+  }
+  s->sigmas = sig;
+  auto lambda = [&](int i) { return std::log(1 - sig[i]) - std::log(sig[i]); };
+  // UniPC's B(h) and the rhos for ratios rks (the last one 1): R rho = b,
+  // R's row k the rks to the k-th power, b_k = k! phi_{k+1}(h) / B(h).
+  auto rhos = [](double h, const std::vector<double>& rks) {
+    const double hh = -h, b_h = std::expm1(hh);
+    double phi = std::expm1(hh) / hh - 1, factorial = 1;
+    std::vector<double> b;
+    for (size_t k = 1; k <= rks.size(); ++k) {
+      b.push_back(phi * factorial / b_h);
+      factorial *= double(k + 1);
+      phi = phi / hh - 1 / factorial;
+    }
+    if (rks.size() == 1) return std::vector<double>{0.5};
+    // 2 x 2: [[1, 1], [r, 1]] rho = b.
+    const double r = rks[0], det = 1 - r;
+    return std::vector<double>{(b[0] - b[1]) / det, (b[1] - r * b[0]) / det};
+  };
+  std::vector<int> order(steps);
+  for (int i = 0; i < steps; ++i)
+    order[i] = std::min({c.solver_order, c.lower_order_final ? steps - i : c.solver_order, i + 1});
+  for (int i = 0; i < steps; ++i) {
+    UniPcCoefficients k{.m_v = -float(sig[i])};
+    double c_x = 0, c_m = 0, c_c = 0, c_m1 = 0, c_m2 = 0;
+    if (i == 0) {
+      c_x = 1;
+    } else {
+      const double alpha = 1 - sig[i], h = lambda(i) - lambda(i - 1), b_h = std::expm1(-h);
+      c_c = sig[i] / sig[i - 1];
+      c_m1 = -alpha * b_h;  // -alpha phi m_{i-1}, phi = B
+      if (order[i - 1] == 1) {
+        c_m = -alpha * b_h * 0.5, c_m1 += alpha * b_h * 0.5;
+      } else {
+        const double r = (lambda(i - 2) - lambda(i - 1)) / h;
+        const std::vector<double> rho = rhos(h, {r, 1.0});
+        c_m2 = -alpha * b_h * rho[0] / r;
+        c_m1 += alpha * b_h * rho[0] / r + alpha * b_h * rho[1];
+        c_m = -alpha * b_h * rho[1];
+      }
+    }
+    double p_c = 0, p_m = 1, p_m1 = 0;  // to sigma = 0: x_next = m_i
+    if (sig[i + 1] > 0) {
+      const double t = sig[i + 1], alpha = 1 - t, h = lambda(i + 1) - lambda(i), b_h = std::expm1(-h);
+      p_c = t / sig[i];
+      p_m = -alpha * b_h;
+      if (order[i] == 2) {
+        const double r = (lambda(i - 1) - lambda(i)) / h;
+        p_m += alpha * b_h * 0.5 / r, p_m1 = -alpha * b_h * 0.5 / r;
+      }
+    }
+    for (double v : {c_x, c_m, c_c, c_m1, c_m2, p_c, p_m, p_m1})
+      if (!std::isfinite(v)) return invalid_argument("step {} of {} has a non-finite coefficient", i, steps);
+    k.c_x = float(c_x), k.c_m = float(c_m), k.c_c = float(c_c), k.c_m1 = float(c_m1), k.c_m2 = float(c_m2);
+    k.p_c = float(p_c), k.p_m = float(p_m), k.p_m1 = float(p_m1);
+    rows->push_back(k);
+  }
+  return ok_status();
+}
+
 // The ranges the parser enforces, for configs built in code.
 Status check_ranges(const SchedulerConfig& c) {
   if (c.num_train_timesteps < 2 || c.num_train_timesteps > kMaxTrainTimesteps)
@@ -657,13 +755,16 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
     return invalid_argument("scheduler {}: steps {} is outside [1, {}] (num_train_timesteps)", name, steps, n);
   if (first_step < 0 || first_step >= steps)
     return invalid_argument("scheduler {}: a run from step {} of {} has no step to run", name, first_step, steps);
-  const bool flow_kind = kind == SchedulerKind::kFlowEuler;
+  const bool flow_kind = kind == SchedulerKind::kFlowEuler || kind == SchedulerKind::kUniPc;
+  if (kind == SchedulerKind::kUniPc && first_step > 0)
+    return unsupported("scheduler unipc: image to image (starting at step {}) is not supported", first_step);
   if (config.prediction_type == PredictionType::kFlow && !flow_kind)
-    return invalid_argument("scheduler {}: prediction_type 'flow_prediction' needs flow_euler", name);
+    return invalid_argument("scheduler {}: prediction_type 'flow_prediction' needs flow_euler or unipc", name);
   if (!config.class_name.empty() && flow_kind != is_flow_config(config))
     return invalid_argument("scheduler {} is for {} models; the config is {}'s", name,
                             flow_kind ? "flow-matching" : "noise-prediction", config.class_name);
   Schedule s;
+  std::vector<UniPcCoefficients> unipc;
   Status status;
   switch (kind) {
     case SchedulerKind::kDdim: status = ddim_schedule(config, steps, &s); break;
@@ -671,6 +772,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
     case SchedulerKind::kEulerAncestral: status = euler_schedule(config, steps, true, &s); break;
     case SchedulerKind::kDpmpp2m: status = dpmpp_2m_schedule(config, steps, first_step, &s); break;
     case SchedulerKind::kFlowEuler: status = flow_euler_schedule(config, steps, &s); break;
+    case SchedulerKind::kUniPc: status = unipc_schedule(config, steps, &s, &unipc); break;
   }
   if (!status.ok()) return status.with_context(fmt::format("scheduler {}", name));
   assert(static_cast<int>(s.rows.size()) == steps && static_cast<int>(s.sigmas.size()) == steps + 1);
@@ -693,6 +795,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
       t.image_noise_scale = static_cast<float>(sigma);
       break;
     case SchedulerKind::kFlowEuler:
+    case SchedulerKind::kUniPc:
       t.image_scale = static_cast<float>(1 - sigma);
       t.image_noise_scale = static_cast<float>(sigma);
       break;
@@ -700,6 +803,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
   t.sigmas.assign(s.sigmas.begin() + first_step, s.sigmas.end());
   t.needs_noise = kind == SchedulerKind::kEulerAncestral;
   t.needs_prev = kind == SchedulerKind::kDpmpp2m;
+  t.unipc = std::move(unipc);
   for (int i = first_step; i < steps; ++i) {
     const Row& r = s.rows[i];
     for (double v : {r.timestep, r.in_scale, r.d_x, r.d_out, r.c_x, r.c_out, r.c_prev, r.c_noise})
@@ -736,6 +840,22 @@ void scheduler_step(const StepTables& tables, int i, const float* x, const float
   // denoise_update reads element j of every input before writing element j
   // of an output, so denoised_prev is read and then replaced in one pass.
   denoise_update(k, x, model_output, prev, z, x_next, denoised_prev_inout, n);
+}
+
+void unipc_step(const StepTables& tables, int i, const float* x, const float* model_output, float* corrected,
+                float* x0_last, float* x0_older, float* x_next, size_t n) {
+  assert(i >= 0 && i < int(tables.unipc.size()));
+  unipc_update(tables.unipc[size_t(i)], x, model_output, corrected, x0_last, x0_older, x_next, corrected, x0_last,
+               x0_older, n);
+}
+
+SchedulerConfig wan_scheduler_config() {
+  SchedulerConfig c;
+  c.class_name = "UniPCMultistepScheduler";
+  c.prediction_type = PredictionType::kFlow;
+  c.use_flow_sigmas = true;
+  c.shift = 5.0;
+  return c;
 }
 
 }  // namespace kiln

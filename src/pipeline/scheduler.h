@@ -33,6 +33,10 @@
 //                                                         use_karras_sigmas, final_sigmas_type, lower_order_final,
 //                                                         euler_at_final
 //   flow_euler  FlowMatchEulerDiscreteScheduler           velocity model: x_next = x + (sigma_next - sigma) v; shift
+//   unipc       UniPCMultistepScheduler                   flow models only (use_flow_sigmas, flow_prediction:
+//                                                         Wan); bh2, order 1 or 2, lower_order_final,
+//                                                         final_sigmas_type zero; its own update over more
+//                                                         state (UniPcCoefficients, kiln.UniPcStep)
 //
 // Config fields read, with diffusers' defaults when absent: num_train_timesteps,
 // beta_schedule (linear | scaled_linear | squaredcos_cap_v2), beta_start,
@@ -41,7 +45,8 @@
 // linspace), steps_offset, use_karras_sigmas, set_alpha_to_one, clip_sample
 // (only false; absent is taken as false, although DDIM's default is true),
 // final_sigmas_type, lower_order_final, euler_at_final, shift (flow_shift
-// when shift is absent). A field whose value changes the schedule in a way
+// when shift is absent), use_flow_sigmas, solver_order, solver_type,
+// predict_x0, disable_corrector. A field whose value changes the schedule in a way
 // kiln does not implement (thresholding, rescale_betas_zero_snr,
 // use_dynamic_shifting, interpolation_type log_linear, ...) is refused by
 // name; fields kiln does not know are ignored, as diffusers' from_config does.
@@ -64,7 +69,8 @@ namespace kiln {
   X(kEuler, "euler", "EulerDiscreteScheduler")                   \
   X(kEulerAncestral, "euler_a", "EulerAncestralDiscreteScheduler") \
   X(kDpmpp2m, "dpmpp_2m", "DPMSolverMultistepScheduler")         \
-  X(kFlowEuler, "flow_euler", "FlowMatchEulerDiscreteScheduler")
+  X(kFlowEuler, "flow_euler", "FlowMatchEulerDiscreteScheduler") \
+  X(kUniPc, "unipc", "UniPCMultistepScheduler")
 
 enum class SchedulerKind {
 #define KILN_SCHEDULER_ENUM(kind, name, cls) kind,
@@ -96,8 +102,15 @@ struct SchedulerConfig {
   bool clip_sample = false;      // DDIM; true is refused by make_step_tables
   FinalSigmas final_sigmas_type = FinalSigmas::kZero;  // euler, dpmpp_2m
   bool lower_order_final = true, euler_at_final = false;  // dpmpp_2m
-  double shift = 1.0;  // flow_euler
+  double shift = 1.0;  // flow_euler, unipc
+  bool use_flow_sigmas = false;   // unipc: only true (flow models)
+  int solver_order = 2;           // unipc: 1 or 2
+  bool predict_x0 = true;         // unipc: only true
 };
+
+// Wan2.2's scheduler (its diffusers folder's scheduler_config.json, which
+// Wan's own folder lacks): UniPC for flow prediction, shift 5.
+SchedulerConfig wan_scheduler_config();
 
 // Parses scheduler_config.json's text (Python's -Infinity/Infinity/NaN
 // allowed, as json.dump writes them). Errors name the field and value.
@@ -134,6 +147,8 @@ struct StepTables {
   std::vector<double> sigmas;
   bool needs_noise = false;  // every step takes noise_i (euler_a), even where c_noise is 0
   bool needs_prev = false;   // steps read denoised_{i-1} (dpmpp_2m)
+  // unipc: each step's update (the form above does not hold it); empty for the others.
+  std::vector<UniPcCoefficients> unipc;
 
   int steps() const { return static_cast<int>(timestep.size()); }
 };
@@ -160,5 +175,11 @@ DenoiseCoefficients step_coefficients(const StepTables& tables, int i);
 // 0). noise may be null when !needs_noise. x_next may alias x.
 void scheduler_step(const StepTables& tables, int i, const float* x, const float* model_output,
                     float* denoised_prev_inout, const float* noise, float* x_next, size_t n);
+
+// A unipc step over its state (kernels/denoise_update.h): the corrected
+// sample and the last two x0 estimates, all zeros before step 0, updated in
+// place; x_next may alias x.
+void unipc_step(const StepTables& tables, int i, const float* x, const float* model_output, float* corrected,
+                float* x0_last, float* x0_older, float* x_next, size_t n);
 
 }  // namespace kiln

@@ -477,7 +477,7 @@ bool elementwise_in_place(OpKind op) {
   switch (op) {
     case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kNeg:
     case OpKind::kSigmoid: case OpKind::kTanh: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kSilu:
-    case OpKind::kDenoiseStep:
+    case OpKind::kDenoiseStep: case OpKind::kUniPcStep:
       return true;
     default:
       return false;

@@ -38,6 +38,24 @@ TEST(DenoiseStep, MatchesTheReference) {
   }
 }
 
+// kiln.UniPcStep likewise: 9 coefficient rows for 4 steps.
+OpCase unipc_case(const std::string& label, double step) {
+  std::vector<double> table;
+  for (int row = 0; row < kUniPcCoefficientRows; ++row)
+    for (int s = 0; s < 4; ++s) table.push_back(0.3 - 0.07 * row + 0.05 * s);
+  return {label, OpKind::kUniPcStep, {},
+          {f32({2, 3, 2, 4}), f32({2, 3, 2, 4}), f32({2, 3, 2, 4}), f32({2, 3, 2, 4}), f32({2, 3, 2, 4}),
+           i64_values({}, {step}), {DType::kF32, {kUniPcCoefficientRows, 4}, table}},
+          5};
+}
+
+TEST(UniPcStep, MatchesTheReference) {
+  for (double step : {0.0, 3.0}) {
+    check_op(unipc_case("eager", step));
+    check_op_in_plan(unipc_case("in a plan", step));
+  }
+}
+
 TEST(DenoiseStep, RejectsAStepOutsideTheSchedule) {
   Graph g;
   Value* x = g.add_input("x", DType::kF32, SymShape{2});

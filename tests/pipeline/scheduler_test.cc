@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "npy/npy.h"
+
+#include <fmt/format.h>
 
 namespace kiln {
 namespace {
@@ -258,6 +261,60 @@ TEST(Scheduler, Dpmpp2mTablesShowItsOrder) {
   EXPECT_EQ(t->c_prev.back(), 0.0f);
   for (int i = 1; i < 5; ++i) EXPECT_NE(t->c_prev[i], 0.0f) << i;
   EXPECT_EQ(t->sigmas.back(), 0.0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// UniPC for Wan (flow sigmas, shift 5, bh2 order 2) against tools/wan/unipc.py,
+// a float64 numpy transcription of diffusers' UniPCMultistepScheduler: the
+// timesteps and sigmas it sets, and the latents after every step of a run
+// with fixed model outputs (tests/models/wan-tiny/reference/scheduler).
+TEST(UniPc, MatchesTheOracle) {
+  const std::filesystem::path dir =
+      std::filesystem::path(KILN_SOURCE_DIR) / "tests" / "models" / "wan-tiny" / "reference" / "scheduler";
+  for (int steps : {4, 10, 50}) {
+    SCOPED_TRACE(steps);
+    auto tables = make_step_tables(SchedulerKind::kUniPc, wan_scheduler_config(), steps);
+    ASSERT_TRUE(tables.ok()) << tables.status().message();
+    const Tensor timesteps = *npy_read((dir / fmt::format("timesteps_{}.npy", steps)).string());
+    const Tensor sigmas = *npy_read((dir / fmt::format("sigmas_{}.npy", steps)).string());
+    for (int i = 0; i < steps; ++i) EXPECT_EQ(int64_t(tables->timestep[size_t(i)]), timesteps.data<int64_t>()[i]) << i;
+    for (int i = 0; i <= steps; ++i) EXPECT_EQ(float(tables->sigmas[size_t(i)]), sigmas.data<float>()[i]) << i;
+    const std::filesystem::path run = dir / fmt::format("unipc_{}", steps);
+    const Tensor x_t = *npy_read((run / "inputs" / "x_T.npy").string());
+    const Tensor outputs = *npy_read((run / "inputs" / "model_outputs.npy").string());
+    const Tensor trajectory = *npy_read((run / "outputs" / "trajectory.npy").string());
+    const size_t n = size_t(x_t.numel());
+    std::vector<float> x(x_t.data<float>(), x_t.data<float>() + n), corrected(n, 0), m1(n, 0), m2(n, 0);
+    for (int i = 0; i < steps; ++i) {
+      unipc_step(*tables, i, x.data(), outputs.data<float>() + i * n, corrected.data(), m1.data(), m2.data(),
+                 x.data(), n);
+      nlohmann::json want = nlohmann::json::array();
+      for (size_t k = 0; k < n; ++k) want.push_back(trajectory.data<float>()[i * n + k]);
+      expect_close(as_doubles(x), want, fmt::format("latents after step {}", i), true);
+    }
+  }
+}
+
+TEST(UniPc, RefusesWhatItDoesNotImplement) {
+  SchedulerConfig eps = wan_scheduler_config();
+  eps.prediction_type = PredictionType::kEpsilon;
+  eps.use_flow_sigmas = false;
+  EXPECT_FALSE(make_step_tables(SchedulerKind::kUniPc, eps, 10).ok());
+  auto bh1 = scheduler_config_from_json(
+      R"({"_class_name": "UniPCMultistepScheduler", "solver_type": "bh1", "prediction_type": "flow_prediction"})");
+  ASSERT_FALSE(bh1.ok());
+  EXPECT_NE(bh1.status().message().find("solver_type"), std::string::npos) << bh1.status().message();
+  auto wan = scheduler_config_from_json(
+      R"({"_class_name": "UniPCMultistepScheduler", "flow_shift": 5.0, "prediction_type": "flow_prediction",
+          "use_flow_sigmas": true, "solver_order": 2, "solver_type": "bh2", "disable_corrector": []})");
+  ASSERT_TRUE(wan.ok()) << wan.status().message();
+  EXPECT_EQ(default_scheduler_kind(*wan), SchedulerKind::kUniPc);
+  EXPECT_EQ(wan->shift, 5.0);
 }
 
 }  // namespace
