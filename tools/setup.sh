@@ -9,6 +9,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   nlohmann-json3-dev libcli11-dev libfmt-dev libicu-dev libpng-dev libxxhash-dev
   libxml2-dev  # HTML character references in Wan's prompt cleaning
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # MP4 video out, image scaling
+  ffmpeg  # the tests decode kiln's MP4s with ffprobe and ffmpeg
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev  # the fuzzers: clang's OpenMP
 )

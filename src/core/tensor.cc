@@ -67,6 +67,12 @@ std::shared_ptr<const void> zeroed_block(size_t bytes) {
 
 }  // namespace
 
+Result<Tensor> Tensor::copy_of(const TensorView& view) {
+  KILN_ASSIGN_OR_RETURN(Tensor t, empty(view.dtype, view.shape));
+  if (view.nbytes()) std::memcpy(t.raw(), view.data, view.nbytes());
+  return t;
+}
+
 Result<Tensor> Tensor::empty(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel_checked(shape));
   size_t bytes = size_t(n) * dtype_size(dtype);

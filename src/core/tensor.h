@@ -59,6 +59,8 @@ class Tensor {
 
   // Fresh 64-byte aligned memory, zero-filled. Fails on hostile sizes.
   static Result<Tensor> empty(DType dtype, Shape shape);
+  // A fresh copy of `view`'s elements.
+  static Result<Tensor> copy_of(const TensorView& view);
   template <typename T>
   static Result<Tensor> from_vector(Shape shape, const std::vector<T>& values);
 

@@ -1,5 +1,7 @@
 #include "pipeline/denoise_loop.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 DenoiserBuildFn inline_denoiser(const Graph& unet) {
@@ -12,24 +14,49 @@ DenoiserBuildFn inline_denoiser(const Graph& unet) {
   };
 }
 
+std::vector<LoopState> denoise_loop_state(const StepTables& tables) {
+  std::vector<LoopState> state = {{"x", "x_next"}, {"x0_prev", "x0"}, {"step", "step_next"}};
+  if (!tables.unipc.empty())
+    state.insert(state.end(), {{"unipc_corrected", "unipc_corrected_next"}, {"unipc_x0_older", "unipc_x0_older_next"}});
+  return state;
+}
+
 Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTables& tables,
                                  const DenoiseLoopSpec& spec) {
-  const int64_t steps = tables.steps(), b = spec.batch;
+  const int64_t steps = tables.steps();
   if (steps < 1) return invalid_argument("the denoise loop needs at least one step");
+  if (spec.latent.size() != 4 && spec.latent.size() != 5)
+    return invalid_argument("the latents must be [batch, channels, h, w] or [batch, channels, frames, h, w]");
+  const int64_t b = spec.latent[0];
   if (spec.context_shape.size() != 3 || spec.context_shape[0] != 2 * b)
     return invalid_argument("the text context must be [2 x batch, sequence, width]");
+  if (spec.fixed_first_frame && spec.latent.size() != 5)
+    return invalid_argument("a fixed first frame needs video latents [batch, channels, frames, h, w]");
+  const bool unipc = !tables.unipc.empty();
   GraphBuilder g("denoise_loop");
-  const SymShape latent{b, spec.channels, spec.height, spec.width};
+  const SymShape latent = sym_shape_from(spec.latent);
   Value* x = g.input("x", DType::kF32, latent);
   Value* x0_prev = g.input("x0_prev", DType::kF32, latent);
   Value* step = g.input("step", DType::kI64, SymShape{});
-  Value* seed = g.input("seed", DType::kI64, SymShape{});
+  Value* seed = unipc ? nullptr : g.input("seed", DType::kI64, SymShape{});
   Value* context = g.input("encoder_hidden_states", DType::kF32, sym_shape_from(spec.context_shape));
+  Value* corrected = unipc ? g.input("unipc_corrected", DType::kF32, latent) : nullptr;
+  Value* x0_older = unipc ? g.input("unipc_x0_older", DType::kF32, latent) : nullptr;
+  Value* first_frame = nullptr;
+  if (spec.fixed_first_frame) {
+    SymShape frame = latent;
+    frame[2] = 1;
+    first_frame = g.input("first_frame", DType::kF32, frame);
+  }
 
   // The model input for this step: [x s, x s] at timestep t, both read from
-  // the tables by the counter.
-  Value* scale = g.op(OpKind::kGather, {g.floats("in_scale", {steps}, tables.in_scale), step}, {}, "in_scale_at_step");
-  Value* scaled = g.op(OpKind::kMul, {x, scale}, {}, "scale_input");
+  // the tables by the counter (x itself where every scale is 1, as a flow
+  // model's are).
+  Value* scaled = x;
+  if (std::any_of(tables.in_scale.begin(), tables.in_scale.end(), [](float s) { return s != 1.0f; })) {
+    Value* scale = g.op(OpKind::kGather, {g.floats("in_scale", {steps}, tables.in_scale), step}, {}, "in_scale_at_step");
+    scaled = g.op(OpKind::kMul, {x, scale}, {}, "scale_input");
+  }
   Value* model_in = g.op(OpKind::kConcat, {scaled, scaled}, {{"axis", int64_t(0)}}, "cfg_batch");
 
   Value* timesteps = nullptr;
@@ -51,17 +78,45 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
   Value* weighted = g.op(OpKind::kMul, {diff, g.floats("guidance_scale", {}, {spec.guidance_scale})}, {}, "cfg_scale");
   Value* guided = g.op(OpKind::kAdd, {halves[0], weighted}, {}, "cfg_add");
 
+  Value *x_next, *x0, *step_next;
   std::vector<float> coefficients;
-  coefficients.reserve(size_t(kDenoiseCoefficientRows * steps));
-  for (const auto* row : {&tables.c_x, &tables.c_out, &tables.c_prev, &tables.c_noise, &tables.d_x, &tables.d_out})
-    coefficients.insert(coefficients.end(), row->begin(), row->end());
-  std::vector<Value*> next =
-      g.ops(OpKind::kDenoiseStep,
-            {x, guided, x0_prev, step, g.floats("coefficients", {kDenoiseCoefficientRows, steps}, coefficients), seed},
-            3, {{"noise_first_pair", int64_t(spec.noise_first_pair)}}, "scheduler_step");
-  g.output(next[0], "x_next");
-  g.output(next[1], "x0");
-  g.output(next[2], "step_next");
+  if (unipc) {
+    coefficients.reserve(size_t(kUniPcCoefficientRows * steps));
+    for (float UniPcCoefficients::*row :
+         {&UniPcCoefficients::m_v, &UniPcCoefficients::c_x, &UniPcCoefficients::c_m, &UniPcCoefficients::c_c,
+          &UniPcCoefficients::c_m1, &UniPcCoefficients::c_m2, &UniPcCoefficients::p_c, &UniPcCoefficients::p_m,
+          &UniPcCoefficients::p_m1})
+      for (const UniPcCoefficients& k : tables.unipc) coefficients.push_back(k.*row);
+    std::vector<Value*> next = g.ops(
+        OpKind::kUniPcStep,
+        {x, guided, corrected, x0_prev, x0_older, step, g.floats("coefficients", {kUniPcCoefficientRows, steps}, coefficients)},
+        5, {}, "scheduler_step");
+    x_next = next[0], x0 = next[2], step_next = next[4];
+    g.output(next[1], "unipc_corrected_next");
+    g.output(next[3], "unipc_x0_older_next");
+  } else {
+    coefficients.reserve(size_t(kDenoiseCoefficientRows * steps));
+    for (const auto* row : {&tables.c_x, &tables.c_out, &tables.c_prev, &tables.c_noise, &tables.d_x, &tables.d_out})
+      coefficients.insert(coefficients.end(), row->begin(), row->end());
+    std::vector<Value*> next =
+        g.ops(OpKind::kDenoiseStep,
+              {x, guided, x0_prev, step, g.floats("coefficients", {kDenoiseCoefficientRows, steps}, coefficients), seed},
+              3, {{"noise_first_pair", int64_t(spec.noise_first_pair)}}, "scheduler_step");
+    x_next = next[0], x0 = next[1], step_next = next[2];
+  }
+  if (first_frame) {  // frame 0 back to the image's latent, the rest as stepped
+    const int64_t frames = spec.latent[2];
+    if (frames > 1) {
+      Value* rest = g.op(OpKind::kSlice, {x_next, g.ints("starts", {1}), g.ints("ends", {frames}), g.ints("axes", {2})},
+                         {}, "later_frames");
+      x_next = g.op(OpKind::kConcat, {first_frame, rest}, {{"axis", int64_t(2)}}, "hold_first_frame");
+    } else {
+      x_next = g.op(OpKind::kIdentity, {first_frame}, {}, "hold_first_frame");
+    }
+  }
+  g.output(x_next, "x_next");
+  g.output(x0, "x0");
+  g.output(step_next, "step_next");
   return std::move(g).finish();
 }
 

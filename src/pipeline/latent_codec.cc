@@ -8,12 +8,6 @@ namespace kiln {
 
 namespace {
 
-Result<Tensor> copy_of(const TensorView& v) {
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(v.dtype, v.shape));
-  std::memcpy(t.raw(), v.data, v.nbytes());
-  return t;
-}
-
 // diffusers' blend_v (vertical) and blend_h: b's first rows (columns) fade
 // in over a's last ones, across at most `extent` of them.
 void blend_edge(const Tensor& a, Tensor& b, int64_t extent, bool vertical) {
@@ -82,7 +76,7 @@ Result<Tensor> LatentCodec::decode_whole(const Tensor& z) {
   if (image.dtype() != DType::kF32 || image.shape() != expected)
     return invalid_argument("{}: the decoded image is {} {}, expected f32 {}", spec_.label, dtype_name(image.dtype()),
                             shape_to_string(image.shape()), shape_to_string(expected));
-  return copy_of(image.view());  // the runner's output view is overwritten by its next run
+  return Tensor::copy_of(image.view());  // the runner's output view is overwritten by its next run
 }
 
 Result<Tensor> LatentCodec::decode_tiled(const Tensor& z) {
@@ -128,7 +122,7 @@ Result<Tensor> LatentCodec::decode_tiled(const Tensor& z) {
 }
 
 Result<Tensor> LatentCodec::decode(const Tensor& latents, bool tiled) {
-  KILN_ASSIGN_OR_RETURN(Tensor z, copy_of(latents.view()));
+  KILN_ASSIGN_OR_RETURN(Tensor z, Tensor::copy_of(latents.view()));
   for (int64_t j = 0; j < z.numel(); ++j) z.data<float>()[j] /= spec_.scaling_factor;
   Result<Tensor> image = tiled ? decode_tiled(z) : decode_whole(z);
   decoder_->release_arena_memory();  // the image is a copy; the arena idles until the next decode

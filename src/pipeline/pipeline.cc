@@ -23,12 +23,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-Tensor copy_of(const TensorView& v) {
-  Tensor t = *Tensor::empty(v.dtype, v.shape);
-  std::memcpy(t.raw(), v.data, v.nbytes());
-  return t;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& path, const PipelineOptions& options) {
@@ -70,7 +64,7 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
     if (tables.needs_noise)
       NoiseStream(o.seed, run.noise_first_pair + uint64_t(i) * ((n + 1) / 2)).fill(noise.data(), n);
     scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
-    if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
+    if (o.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (o.on_step) o.on_step(i, tables.steps());
   }
   return ok_status();
@@ -84,7 +78,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   if (!plan) {
     const auto start = std::chrono::steady_clock::now();
     const Denoiser& denoiser = *parts_.denoiser;
-    const DenoiseLoopSpec spec{.batch = shape[0], .channels = shape[1], .height = shape[2], .width = shape[3],
+    const DenoiseLoopSpec spec{.latent = shape,
                                .context_shape = run.context.shape(), .timestep_dtype = denoiser.spec().timestep_dtype,
                                .timestep_shape = denoiser.timestep_shape(shape[0]),
                                .guidance_scale = o.guidance_scale, .noise_first_pair = run.noise_first_pair};
@@ -118,7 +112,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   KILN_RETURN_IF_ERROR(plan->bind_output("step_next", step_view));
   const auto start = std::chrono::steady_clock::now();
   Status status = plan->run_repeated(steps, [&](int64_t done) {
-    if (o.keep_trajectory) g.trajectory.push_back(copy_of(x.view()));
+    if (o.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (o.on_step) o.on_step(int(done - 1), tables.steps());
   });
   g.times.model = ms_since(start);
@@ -138,7 +132,7 @@ Result<bool> Pipeline::choose_whole_loop(const DenoiseRun& run, const Tensor& x)
   // once-per-image work (the prompt's keys and values) then counts as little
   // as it does over a whole generation.
   auto trial = [&](bool whole, int steps) -> Result<double> {
-    Tensor scratch = copy_of(x.view());
+    KILN_ASSIGN_OR_RETURN(Tensor scratch, Tensor::copy_of(x.view()));
     Generation g;
     const auto start = std::chrono::steady_clock::now();
     KILN_RETURN_IF_ERROR(whole ? run_whole_loop(quiet, steps, scratch, g) : run_host_loop(quiet, steps, scratch, g));
