@@ -16,12 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string name_of(const std::string& path) {
-  fs::path p = fs::path(path).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
 // What made the image, for the PNG's text chunks: an A1111-style
 // "parameters" line that image browsers read, and one chunk a field.
 PngText png_text(const GenerationRequest& r, const std::string& prompt, uint64_t seed, const Generation& g,
@@ -51,13 +45,19 @@ PngText png_text(const GenerationRequest& r, const std::string& prompt, uint64_t
 
 }  // namespace
 
+std::string model_name_of(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 Result<std::unique_ptr<Generator>> Generator::open(const GeneratorOptions& options) {
   std::unique_ptr<Generator> g(new Generator());
   g->model_path_ = options.model;
   if (g->model_path_.empty()) {
     KILN_ASSIGN_OR_RETURN(g->model_path_, find_default_model());
   }
-  g->model_name_ = name_of(g->model_path_);
+  g->model_name_ = model_name_of(g->model_path_);
   if (fs::is_directory(g->model_path_)) {
     KILN_ASSIGN_OR_RETURN(g->vocabulary_, load_prompt_vocabulary(g->model_path_));
   }

@@ -83,6 +83,9 @@ class Generator {
   std::optional<PromptVocabulary> vocabulary_;
 };
 
+// A model's name for messages and metadata: its folder's or file's name.
+std::string model_name_of(const std::string& path);
+
 // The images in rows of `columns`, two grey pixels between them, with the
 // first image's text and a "grid" entry saying what it holds (`prompts`:
 // the request's, listed there).

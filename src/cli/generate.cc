@@ -1,6 +1,8 @@
 // kiln generate: text to image (and image to image) with a Stable Diffusion
-// model, written as PNGs with what made them in their text chunks. Argument
-// parsing and printing only: generation is app/generator.h's.
+// model, written as PNGs with what made them in their text chunks; text to
+// video (and image to video) with Wan2.2 TI2V, written as an MP4 (or PNG
+// frames) with what made it in its metadata. Argument parsing and printing
+// only: generation is app/generator.h's and app/video_generator.h's.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/resource.h>
@@ -8,9 +10,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "app/default_model.h"
 #include "app/generator.h"
+#include "app/video_generator.h"
 #include "cli/commands.h"
 #include "cli/pass_flags.h"
 #include "pipeline/png.h"
@@ -35,6 +39,13 @@ struct GenerateFlags {
   float strength = 0.8f;
   std::string vae_tiling = "auto";
   bool quiet = false, profile = false;
+  // Video (Wan) only.
+  int64_t frames = 121;
+  int fps = 24;
+  std::string image, frames_dir;
+  // Which flags were given: a video model's defaults differ (50 steps,
+  // guidance 5, out.mp4), and image-only flags are refused for it.
+  std::set<std::string> given;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -63,6 +74,18 @@ class Progress {
     fmt::print(stderr, "\rdenoising [{:#<{}}{:-<{}}] {}/{}  {:.2f} it/s  ETA {}:{:02}", "", filled, "", width - filled,
                done, steps, rate, eta / 60, eta % 60);
     if (done == steps) fmt::print(stderr, "\n");
+  }
+
+  // The VAE decoding a video, a latent frame at a time.
+  void decoded(int64_t done, int64_t total) {
+    if (quiet_) return;
+    if (!tty_) {
+      fmt::print(stderr, "kiln: decoded {}/{} latent frames\n", done, total);
+      return;
+    }
+    const int width = 24, filled = int(done * width / total);
+    fmt::print(stderr, "\rdecoding  [{:#<{}}{:-<{}}] {}/{} latent frames", "", filled, "", width - filled, done, total);
+    if (done == total) fmt::print(stderr, "\n");
   }
 
  private:
@@ -117,7 +140,84 @@ void print_profile(const Generation& g, bool image_to_image, double png_ms) {
              t.host_overhead_per_step(g.steps_run));
 }
 
+// Text (and an image) to video with a Wan model.
+Status generate_video(const GenerateFlags& f) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* flag : {"--batch", "--grid", "--init-image", "--strength", "--vae-tiling"})
+    KILN_CHECK_ARG(!f.given.count(flag), "{} is for image models; {} makes video", flag, f.model);
+  for (const char* flag : {"--tokenizer", "--prediction"})
+    KILN_CHECK_ARG(!f.given.count(flag), "{} is for single-file image checkpoints, not a Wan folder", flag);
+  KILN_CHECK_ARG(f.prompts.size() == 1, "a video takes one --prompt, got {}", f.prompts.size());
+  const int steps = f.given.count("--steps") ? f.steps : 50;
+  KILN_CHECK_ARG(steps >= 1, "--steps must be at least 1, got {}", steps);
+  KILN_CHECK_ARG(f.frames >= 1 && (f.frames - 1) % 4 == 0, "--frames must be 4k+1 (1, 5, 9, 13, 17, ...), got {}",
+                 f.frames);
+  KILN_CHECK_ARG(f.fps >= 1 && f.fps <= 240, "--fps must be 1 to 240, got {}", f.fps);
+  for (const auto& [flag, size] : {std::pair{"--width", f.width}, std::pair{"--height", f.height}})
+    KILN_CHECK_ARG(size % 32 == 0 && size <= 4096, "{} must be a multiple of 32 up to 4096, got {}", flag, size);
+  VideoPipelineOptions options;
+  KILN_ASSIGN_OR_RETURN(options.passes, pass_options(f.pass_flags));
+  if (f.mode == "graph-loop") {
+    options.whole_loop = true;
+  } else {
+    auto parsed = parse_execution_mode(f.mode);
+    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", f.mode);
+    options.mode = *parsed;
+    options.whole_loop = false;
+  }
+  options.variant = f.variant;
+  if (!f.quiet) options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
+
+  VideoGenerationRequest request{.prompt = f.prompts[0], .negative_prompt = f.negative_prompt, .seed = f.seed,
+                                 .steps = steps, .guidance_scale = f.given.count("--guidance-scale") ? f.guidance_scale : 5.0f,
+                                 .frames = f.frames, .width = f.width, .height = f.height, .fps = f.fps,
+                                 .scheduler = f.scheduler, .frames_dir = f.frames_dir};
+  if (f.frames_dir.empty()) {
+    request.output = f.given.count("--output") ? f.output : "out.mp4";
+    KILN_CHECK_ARG(std::filesystem::path(request.output).extension() == ".mp4",
+                   "-o {}: a video is written as .mp4 (or give --frames-dir for PNG frames)", request.output);
+    const std::filesystem::path out_dir = std::filesystem::path(request.output).parent_path();
+    if (!out_dir.empty() && !std::filesystem::is_directory(out_dir))
+      return not_found("-o {}: the folder {} does not exist", request.output, out_dir.string());
+  } else {
+    KILN_CHECK_ARG(!f.given.count("--output"), "give -o FILE.mp4 or --frames-dir DIR, not both");
+  }
+  if (!f.image.empty()) {
+    KILN_ASSIGN_OR_RETURN(request.first_frame, read_png(f.image, 8192));
+    request.first_frame_name = std::filesystem::path(f.image).filename().string();
+  }
+  KILN_ASSIGN_OR_RETURN(auto generator, VideoGenerator::open(f.model, options));
+  Progress progress(f.quiet);
+  KILN_ASSIGN_OR_RETURN(VideoResult result,
+                        generator->generate(request, {.step = [&](int i, int n) { progress.step(i, n); },
+                                                      .decoded = [&](int64_t d, int64_t n) { progress.decoded(d, n); }}));
+  const VideoGeneration& g = result.generation;
+  if (f.profile) {
+    const StageTimes& t = g.times;
+    fmt::print("model: {} ({})\n", f.model, generator->pipeline().description());
+    fmt::print("profile ({}, {} steps of {}, {} frames of {}x{}):\n", g.mode, steps, g.scheduler, g.frames, g.width,
+               g.height);
+    fmt::print("  {:<14}{:>12.2f} ms\n", "tokenize", t.tokenize);
+    fmt::print("  {:<14}{:>12.2f} ms\n", "text encoder", t.text_encoder);
+    if (request.first_frame) fmt::print("  {:<14}{:>12.2f} ms\n", "vae encode", t.vae_encode);
+    fmt::print("  {:<14}{:>12.2f} ms  (model kernels {:.2f} ms, compiling {:.2f} ms, {:.2f} ms a step)\n",
+               "denoise loop", t.denoise, t.model, t.compile, t.model / steps);
+    fmt::print("  {:<14}{:>12.2f} ms  (streamed a latent frame at a time, frames written as they came)\n",
+               "vae decode", t.vae_decode);
+    fmt::print("peak resident memory: {:.1f} MiB\n", peak_rss_mib());
+  }
+  if (!f.quiet)
+    fmt::print("wrote {} ({} frames of {}x{} at {} fps, {} steps of {}, seed {}, {:.2f} s)\n", result.written,
+               result.frames_written, g.width, g.height, f.fps, steps, g.scheduler, result.seed,
+               seconds_since(start));
+  return ok_status();
+}
+
 Status generate(const GenerateFlags& f) {
+  if (!f.model.empty() && is_wan_folder(f.model)) return generate_video(f);
+  for (const char* flag : {"--frames", "--fps", "--image", "--frames-dir"})
+    KILN_CHECK_ARG(!f.given.count(flag), "{} is for video models (Wan2.2 TI2V); {} makes images", flag,
+                   f.model.empty() ? std::string("kiln's default model") : f.model);
   const auto start = std::chrono::steady_clock::now();
   KILN_CHECK_ARG(f.steps >= 1, "--steps must be at least 1, got {}", f.steps);
   KILN_CHECK_ARG(!f.prompts.empty(), "--prompt is required");
@@ -183,10 +283,12 @@ Status generate(const GenerateFlags& f) {
 
 Handler add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate an image from a prompt with a Stable Diffusion model");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate an image from a prompt with a Stable Diffusion model, or a video with Wan2.2 TI2V");
   cmd->add_option("--model,-m", f->model,
                   "a Stable Diffusion 1.x/2.x model: a single-file checkpoint (.safetensors), a diffusers folder, or "
-                  "optimum's ONNX folder; default: kiln's own shapes model (below)");
+                  "optimum's ONNX folder; or Wan2.2 TI2V-5B (its diffusers folder, or Wan's own with its .pth files "
+                  "converted to .safetensors) for video; default: kiln's own shapes model (below)");
   cmd->add_option("--variant", f->variant,
                   "a diffusers folder's weights variant, e.g. fp16 (default: the plain files, or the variant's where "
                   "they are the only ones)");
@@ -201,15 +303,31 @@ Handler add_generate_command(CLI::App& app) {
       ->required()
       ->allow_extra_args(false);  // one prompt a flag: an unquoted "-p a red circle" is an error, not three prompts
   cmd->add_option("--negative-prompt,-n", f->negative_prompt, "what to steer away from");
-  cmd->add_option("--output,-o", f->output, "PNG file to write (several images: NAME-1.png, NAME-2.png, ...)")
+  cmd->add_option("--output,-o", f->output,
+                  "PNG file to write (several images: NAME-1.png, NAME-2.png, ...); for a video an .mp4 (default "
+                  "out.mp4)")
       ->default_val("out.png");
   cmd->add_option("--grid", f->grid, "write all the images into the one PNG, this many a row")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", f->steps, "denoising steps")->default_val(20);
-  cmd->add_option("--guidance-scale,-g", f->guidance_scale, "classifier-free guidance scale")->default_val(7.5f);
+  cmd->add_option("--steps", f->steps, "denoising steps (a video model: 50)")->default_val(20);
+  cmd->add_option("--guidance-scale,-g", f->guidance_scale, "classifier-free guidance scale (a video model: 5)")
+      ->default_val(7.5f);
   cmd->add_option("--seed", f->seed, "noise seed: the same seed gives the same image (default: random; printed, and kept in the PNG)");
-  cmd->add_option("--width", f->width, "image width in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--height", f->height, "image height in pixels (default: the model's size)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--width", f->width,
+                  "image width in pixels (default: the model's size; a video: a multiple of 32, default Wan's 1280, "
+                  "or 704 for a portrait --image)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--height", f->height, "image height in pixels (default: the model's size; a video: 704, or 1280)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--frames", f->frames,
+                  "video: frames to make, 4k+1 (Wan's default 121 = 5 s at 24 fps; on a CPU start small: 17 frames of "
+                  "256x256 take minutes, 121 of 1280x704 many hours)")
+      ->default_val(121);
+  cmd->add_option("--fps", f->fps, "video: frames per second of the MP4")->default_val(24);
+  cmd->add_option("--image", f->image,
+                  "video: image to video, this PNG as the first frame (resized to cover the size, centre-cropped)");
+  cmd->add_option("--frames-dir", f->frames_dir,
+                  "video: write the frames as DIR/frame_0001.png ... instead of an MP4 (the folder must exist)");
   cmd->add_option("--batch", f->batch, "images per prompt")->default_val(1);
   cmd->add_option("--init-image", f->init_image,
                   "image to image: start from this PNG (its size is the output's; needs vae_encoder/)");
@@ -222,8 +340,8 @@ Handler add_generate_command(CLI::App& app) {
       ->default_val("auto")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   cmd->add_option("--scheduler", f->scheduler,
-                  "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler "
-                  "(default: the one the model's scheduler config names; a single file's family's)");
+                  "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler | unipc "
+                  "(default: the one the model's scheduler config names; a single file's family's; Wan: unipc)");
   cmd->add_option("--mode", f->mode,
                   "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
                   "loop as one plan, one call) | auto (times a step each way, keeps the fastest and says which)")
@@ -239,7 +357,11 @@ Handler add_generate_command(CLI::App& app) {
     return fmt::format("\nDefault model: {}\nIt draws coloured shapes, and knows only captions of this form:\n{}",
                        *dir, (*vocabulary)->describe());
   });
-  return [f]() { return generate(*f); };
+  return [f, cmd]() {
+    for (const CLI::Option* option : cmd->get_options())
+      if (option->count() > 0) f->given.insert(option->get_name());
+    return generate(*f);
+  };
 }
 
 }  // namespace kiln::cli

@@ -129,18 +129,19 @@ Result<Tensor> LatentCodec::decode(const Tensor& latents, bool tiled) {
   return image;
 }
 
+void planes_to_rgb(const float* v, int64_t pixels, int64_t channel_stride, uint8_t* rgb) {
+  for (int64_t p = 0; p < pixels; ++p)
+    for (int64_t c = 0; c < 3; ++c) {
+      float u = std::clamp(v[c * channel_stride + p] / 2 + 0.5f, 0.0f, 1.0f) * 255.0f;
+      if (!(u >= 0.0f)) u = 0.0f;  // NaN
+      rgb[p * 3 + c] = uint8_t(std::nearbyint(u));
+    }
+}
+
 std::vector<uint8_t> image_to_pixels(const Tensor& image) {
-  const int64_t b = image.shape()[0], height = image.shape()[2], width = image.shape()[3];
-  const size_t plane = size_t(width) * size_t(height);
-  std::vector<uint8_t> pixels(size_t(b) * plane * 3);
-  const float* v = image.data<float>();
-  for (int64_t i = 0; i < b; ++i)
-    for (size_t p = 0; p < plane; ++p)
-      for (size_t c = 0; c < 3; ++c) {
-        float u = std::clamp(v[(size_t(i) * 3 + c) * plane + p] / 2 + 0.5f, 0.0f, 1.0f) * 255.0f;
-        if (!(u >= 0.0f)) u = 0.0f;  // NaN
-        pixels[(size_t(i) * plane + p) * 3 + c] = uint8_t(std::nearbyint(u));
-      }
+  const int64_t b = image.shape()[0], plane = image.shape()[2] * image.shape()[3];
+  std::vector<uint8_t> pixels(size_t(b * plane * 3));
+  for (int64_t i = 0; i < b; ++i) planes_to_rgb(image.data<float>() + i * 3 * plane, plane, plane, pixels.data() + i * plane * 3);
   return pixels;
 }
 

@@ -55,5 +55,8 @@ class LatentCodec {
 // [B, 3, H, W] in [-1, 1] to B images of H x W x RGB bytes, as diffusers
 // does: (v / 2 + 0.5) clamped, times 255, rounded half to even.
 std::vector<uint8_t> image_to_pixels(const Tensor& image);
+// The same for one image's `pixels` values a channel, channel_stride apart
+// (a video frame's planes), into pixels x RGB bytes.
+void planes_to_rgb(const float* values, int64_t pixels, int64_t channel_stride, uint8_t* rgb);
 
 }  // namespace kiln

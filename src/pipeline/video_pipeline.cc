@@ -92,6 +92,10 @@ Result<std::unique_ptr<VideoPipeline>> VideoPipeline::load(const std::string& pa
   return p;
 }
 
+std::string VideoPipeline::scheduler_name(const std::string& name) const {
+  return name.empty() ? scheduler_kind_name(default_scheduler_kind(scheduler_)) : name;
+}
+
 std::string VideoPipeline::description() const { return fmt::format("Wan2.2 TI2V, {}", wan_layout_name(folder_.layout)); }
 
 Result<Tensor> VideoPipeline::encode_prompts(const VideoRequest& r, StageTimes& times) {

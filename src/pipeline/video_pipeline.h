@@ -80,6 +80,8 @@ class VideoPipeline {
   Result<VideoGeneration> generate(const VideoRequest& request, const VideoDecoder::FrameSink& sink);
 
   const WanFolder& folder() const { return folder_; }
+  // The scheduler a request asking for `name` gets (empty: the folder's).
+  std::string scheduler_name(const std::string& name) const;
   std::string description() const;
 
  private:
