@@ -23,6 +23,8 @@ folders are emptied first (tests/bad_inputs/ keeps check.sh). Regenerate with
 Needs onnx and numpy (Debian's python3-onnx, python3-numpy); nothing else.
 """
 import argparse
+import sys
+import tempfile
 import json
 import os
 import re
@@ -545,6 +547,83 @@ def checkpoint_cases():
     case("run diffusers_bin", "diffusion_pytorch_model.bin: a PyTorch pickle", "pickled diffusers weights")
 
 
+def wan_cases():
+    """Malformed Wan folders: copies of tests/models/wan-tiny with one part
+    missing or broken (the copies' unchanged files are the same bytes, which
+    git stores once)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tiny = os.path.join(here, "..", "tests", "models", "wan-tiny")
+    sys.path.insert(0, here)
+    from wan.safetensors_io import Entry, read_safetensors, write_safetensors  # noqa: E402
+
+    def copy_folder(src, dst, skip=()):
+        root = os.path.join(tiny, src)
+        for folder, _, files in os.walk(root):
+            for f in sorted(files):
+                rel = os.path.relpath(os.path.join(folder, f), root)
+                if any(rel == s or rel.startswith(s + "/") for s in skip):
+                    continue
+                with open(os.path.join(folder, f), "rb") as fh:
+                    add_file(f"{dst}/{rel}", fh.read())
+
+    video = "--frames 5 --width 64 --height 64 --steps 1 -q"
+    copy_folder("diffusers", "wan_no_transformer", skip=("transformer",))
+    case(f"generate -p x -m wan_no_transformer {video}",
+         "wan_no_transformer/transformer: missing from the Wan diffusers folder", "a Wan folder without its transformer")
+
+    copy_folder("diffusers", "wan_truncated", skip=("text_encoder/model-00002-of-00002.safetensors",))
+    with open(os.path.join(tiny, "diffusers", "text_encoder", "model-00002-of-00002.safetensors"), "rb") as fh:
+        shard = fh.read()
+    add_file("wan_truncated/text_encoder/model-00002-of-00002.safetensors", shard[:len(shard) // 2])
+    case(f"generate -p x -m wan_truncated {video}", "model-00002-of-00002.safetensors: tensor",
+         "a text encoder shard cut in half")
+
+    copy_folder("diffusers", "wan_wrong_shape", skip=("transformer/diffusion_pytorch_model.safetensors",))
+    tensors = read_safetensors(os.path.join(tiny, "diffusers", "transformer", "diffusion_pytorch_model.safetensors"))
+    tensors["blocks.1.attn1.to_k.weight"] = tensors["blocks.1.attn1.to_k.weight"][:, :48].copy()
+    tmp = tempfile.mkdtemp()
+    try:
+        path = os.path.join(tmp, "t.safetensors")
+        write_safetensors(path, {k: Entry("F32", v.shape, (lambda v=v: v)) for k, v in tensors.items()})
+        with open(path, "rb") as fh:
+            add_file("wan_wrong_shape/transformer/diffusion_pytorch_model.safetensors", fh.read())
+    finally:
+        shutil.rmtree(tmp)
+    case(f"generate -p x -m wan_wrong_shape {video}", "blocks.1/attn1/to_k/Linear",
+         "a transformer weight of the wrong shape")
+
+    copy_folder("diffusers", "wan_bad_tokenizer", skip=("tokenizer/spiece.model",))
+    add_file("wan_bad_tokenizer/tokenizer/spiece.model", bytes(range(256)) * 4)
+    case(f"generate -p x -m wan_bad_tokenizer {video}", "spiece.model: not a SentencePiece model",
+         "a tokenizer model that is no SentencePiece model")
+
+    copy_folder("diffusers", "wan_bad_vae_config", skip=("vae/config.json",))
+    with open(os.path.join(tiny, "diffusers", "vae", "config.json")) as fh:
+        vae_config = json.load(fh)
+    vae_config["latents_mean"] = vae_config["latents_mean"][:3]
+    add_file("wan_bad_vae_config/vae/config.json", json.dumps(vae_config).encode())
+    case(f"generate -p x -m wan_bad_vae_config {video}", "48 latent channels but 3 means",
+         "a VAE config whose latent statistics do not fit its channels")
+
+    copy_folder("original", "wan_pickles", skip=("Wan2.2_VAE.safetensors",))
+    add_file("wan_pickles/Wan2.2_VAE.pth", b"PK\x03\x04" + bytes(60))
+    case(f"generate -p x -m wan_pickles {video}",
+         "Wan2.2_VAE.pth: the VAE as Wan ships it, a PyTorch pickle, which kiln does not load",
+         "Wan's own folder with its VAE still a pickle")
+
+    copy_folder("original", "wan_no_tokenizer", skip=("google",))
+    case(f"generate -p x -m wan_no_tokenizer {video}",
+         "wan_no_tokenizer/google/umt5-xxl/spiece.model: missing", "Wan's own folder without its tokenizer")
+
+    good = "../models/wan-tiny/diffusers"
+    case(f"generate -p x -m {good} --frames 8 --width 64 --height 64 -q", "--frames must be 4k+1",
+         "a frame count that is not 4k+1")
+    case(f"generate -p x -m {good} --frames 5 --width 64 --height 72 -q", "--height must be a multiple of 32",
+         "a video height that is not a multiple of 32")
+    case(f"generate -p x -m {good} --frames 5 --width 64 --height 64 -o out.png -q", "a video is written as .mp4",
+         "a video asked for as a PNG")
+
+
 # ---------------------------------------------------------------- fuzz seeds
 
 # Tiny ONNX backend node tests (Debian's libonnx-testdata): valid models over
@@ -665,6 +744,7 @@ def main():
                     help="where the fuzzers' seed corpora go (one folder per fuzz target)")
     args = ap.parse_args()
     build_cases()
+    wan_cases()
     os.makedirs(args.out, exist_ok=True)
     for old in os.listdir(args.out):  # a renamed case must not leave its old file behind
         path = os.path.join(args.out, old)
