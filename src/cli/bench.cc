@@ -94,11 +94,13 @@ Status bench(const BenchOptions& opt) {
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> modes, parse_modes(opt.modes));
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
+  ModelRef model = opt.model;
+  KILN_ASSIGN_OR_RETURN(model.sizes, parse_dims(opt.dims));
   std::map<std::string, int64_t> default_dims;
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model, &default_dims));
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model, &default_dims));
   const std::string label = opt.model.label();
   if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(label);
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, opt.dims, default_dims, opt.seed));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, input_dim_flags(model, opt.dims), default_dims, opt.seed));
   {
     EagerExecutor check(graph);
     if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);
@@ -114,7 +116,7 @@ Status bench(const BenchOptions& opt) {
   const bool eager_mode = std::find(modes.begin(), modes.end(), "eager") != modes.end();
   std::optional<Graph> plan_graph;
   if (eager_mode) {
-    KILN_ASSIGN_OR_RETURN(plan_graph, load_model(opt.model));
+    KILN_ASSIGN_OR_RETURN(plan_graph, load_model(model));
   } else {
     plan_graph = std::move(graph);
   }
@@ -128,7 +130,7 @@ Status bench(const BenchOptions& opt) {
   if (std::find(modes.begin(), modes.end(), "auto") != modes.end()) {
     RunnerOptions options{.mode = ExecutionMode::kAuto, .passes = passes};
     options.log = [&](const std::string& line) { auto_decision = line; };
-    KILN_ASSIGN_OR_RETURN(auto_runner, ModelRunner::create([&] { return load_model(opt.model); }, options));
+    KILN_ASSIGN_OR_RETURN(auto_runner, ModelRunner::create([&] { return load_model(model); }, options));
   }
   std::vector<Tensor> clones;  // --safe-output: the copies a caller would keep
   for (size_t i = 0; i < plan.outputs().size(); ++i) {

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "models/sd_model.h"
+#include "models/wan_model.h"
 #include "npy/npy.h"
 #include "onnx/onnx_import.h"
 #include "runtime/plan_file.h"
@@ -19,6 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kComponents[] = {"unet", "text_encoder", "vae_decoder", "vae_encoder"};
+constexpr const char* kWanComponents[] = {"transformer", "text_encoder", "vae_decoder", "vae_encoder"};
+// The sizes a Wan network is built for (not dims of its inputs).
+const std::set<std::string> kWanBuildSizes = {"batch", "frames", "height", "width", "first_frame_clean", "tokens"};
 
 bool has_extension(const std::string& path, std::string_view ext) { return fs::path(path).extension() == ext; }
 
@@ -62,6 +67,47 @@ Result<Graph> checkpoint_graph(const ModelRef& ref, std::map<std::string, int64_
   return graph;
 }
 
+// A Wan folder's network, built for ref.sizes (defaults: a 17-frame 256x256
+// video's latents, 16 prompt tokens).
+Result<Graph> wan_graph(const ModelRef& ref, std::map<std::string, int64_t>* default_dims) {
+  const std::string c = ref.component.empty() ? "transformer" : ref.component;
+  if (std::find(std::begin(kWanComponents), std::end(kWanComponents), c) == std::end(kWanComponents))
+    return invalid_argument("--component {}: not a network of {} (transformer, text_encoder, vae_decoder, vae_encoder)",
+                            c, ref.path);
+  for (const auto& [name, value] : ref.sizes)
+    if (!kWanBuildSizes.count(name) && name != "text_rows")
+      return invalid_argument("--dim {}: not a size of {}'s {}", name, ref.path, c);
+  auto size = [&](const char* name, int64_t fallback) {
+    auto it = ref.sizes.find(name);
+    return it == ref.sizes.end() ? fallback : it->second;
+  };
+  KILN_ASSIGN_OR_RETURN(WanFolder folder, wan_folder_open(ref.path, ref.variant));
+  Result<Graph> graph = invalid_argument("no such component");
+  std::map<std::string, int64_t> dims;
+  if (c == "transformer") {
+    KILN_ASSIGN_OR_RETURN(auto dit, wan_load_transformer(folder));
+    const WanVideoShape shape{.batch = size("batch", 2), .frames = size("frames", 5), .height = size("height", 16),
+                              .width = size("width", 16)};
+    dims = {{"text_rows", 512}};
+    graph = wan_transformer_graph(dit->config, dit->weights, shape, size("first_frame_clean", 0) != 0);
+  } else if (c == "text_encoder") {
+    KILN_ASSIGN_OR_RETURN(auto text, wan_load_text_encoder(folder));
+    graph = umt5_graph(text->config, text->weights, size("tokens", 16));
+  } else {
+    KILN_ASSIGN_OR_RETURN(auto vae, wan_load_vae(folder));
+    if (c == "vae_encoder") {
+      graph = wan_vae_encoder_graph(vae->config, vae->weights, size("height", 256), size("width", 256));
+    } else {
+      auto decoder = wan_vae_decoder_graph(vae->config, vae->weights, size("height", 16), size("width", 16), false);
+      if (decoder.ok()) graph = std::move(decoder->graph);
+      else graph = decoder.status();
+    }
+  }
+  if (!graph.ok()) return graph.status().with_context(ref.label());
+  if (default_dims) *default_dims = std::move(dims);
+  return graph;
+}
+
 std::string count(int64_t n) {  // 1234567 -> "1,234,567"
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -94,7 +140,8 @@ void add_model_flags(CLI::App* cmd, ModelRef& ref, const std::string& what) {
   cmd->add_option("--model,-m", ref.path, "the same as MODEL")->excludes(positional);
   cmd->add_option("--component", ref.component,
                   "the network of a model folder or checkpoint: unet (default), text_encoder, vae_decoder or "
-                  "vae_encoder");
+                  "vae_encoder; of a Wan folder: transformer (default), text_encoder, vae_decoder (a later "
+                  "latent frame's call, with its caches) or vae_encoder");
   cmd->add_option("--variant", ref.variant, "a diffusers folder's weights variant, e.g. fp16");
 }
 
@@ -107,6 +154,7 @@ Result<Graph> load_model(const ModelRef& ref, std::map<std::string, int64_t>* de
     KILN_ASSIGN_OR_RETURN(Tensor t, npy_read(ref.path));
     return invalid_argument("{}: holds tensors only, not a model; give an ONNX file or a checkpoint", ref.path);
   }
+  if (is_wan_folder(ref.path)) return wan_graph(ref, default_dims);
   bool checkpoint = is_checkpoint_path(ref.path);
   if (checkpoint && has_extension(ref.path, ".safetensors")) {
     KILN_ASSIGN_OR_RETURN(checkpoint, holds_sd_unet(ref.path));
@@ -130,6 +178,20 @@ Result<Graph> load_model(const ModelRef& ref, std::map<std::string, int64_t>* de
   const std::string file = (fs::path(r.path) / r.component / "model.onnx").string();
   if (!fs::exists(file)) return not_found("{}: missing from the model folder", file);
   return onnx_import_file(file);
+}
+
+std::vector<std::string> input_dim_flags(const ModelRef& ref, const std::vector<std::string>& flags) {
+  if (!is_wan_folder(ref.path)) return flags;
+  std::vector<std::string> out;
+  for (const std::string& f : flags)
+    if (!kWanBuildSizes.count(f.substr(0, f.find('=')))) out.push_back(f);
+  return out;
+}
+
+std::map<std::string, int64_t> input_dims_of(const ModelRef& ref, std::map<std::string, int64_t> dims) {
+  if (is_wan_folder(ref.path))
+    for (const std::string& name : kWanBuildSizes) dims.erase(name);
+  return dims;
 }
 
 Result<std::pair<std::string, std::string>> split_assignment(const std::string& s, std::string_view flag) {
@@ -171,7 +233,61 @@ std::optional<Result<std::string>> describe_weights_file(const std::string& path
   return std::nullopt;
 }
 
+// `kiln show WAN_FOLDER`: each network's configuration, dtypes and
+// parameters, and the keys its build leaves unread.
+Result<std::string> describe_wan(const ModelRef& ref) {
+  KILN_ASSIGN_OR_RETURN(WanFolder f, wan_folder_open(ref.path, ref.variant));
+  std::string out = fmt::format("{}: Wan2.2 TI2V, {}{}\n", ref.path, wan_layout_name(f.layout),
+                                f.variant.empty() ? "" : fmt::format(", variant {}", f.variant));
+  std::vector<std::string> unused;
+  auto note_unused = [&](const WeightSet& w) {
+    for (const std::string& name : w.unused()) unused.push_back(w.origin(name));
+  };
+  {
+    KILN_ASSIGN_OR_RETURN(auto dit, wan_load_transformer(f));
+    const WanTransformerConfig& c = dit->config;
+    KILN_RETURN_IF_ERROR(wan_transformer_graph(c, dit->weights, {.batch = 1, .frames = 1, .height = 2, .width = 2}, false)
+                             .status()
+                             .with_context(ref.path));
+    out += fmt::format("transformer: {}\n", weights_line(dit->weights));
+    out += fmt::format("  {} layers, width {} = {} heads x {}, FFN {}, patch {}x{}x{}, {} latent channels in, {} out, "
+                       "text width {}\n",
+                       c.layers, c.dim, c.heads, c.head_dim(), c.ffn_dim, c.patch_t, c.patch_h, c.patch_w,
+                       c.in_channels, c.out_channels, c.text_dim);
+    note_unused(dit->weights);
+  }
+  {
+    KILN_ASSIGN_OR_RETURN(auto text, wan_load_text_encoder(f));
+    const Umt5Config& c = text->config;
+    KILN_RETURN_IF_ERROR(umt5_graph(c, text->weights, 1).status().with_context(ref.path));
+    out += fmt::format("text_encoder: {}\n", weights_line(text->weights));
+    out += fmt::format("  UMT5, {} layers, width {} = {} heads x {}, FFN {} (gated tanh GELU), vocabulary {}, {} "
+                       "position buckets to distance {}\n",
+                       c.layers, c.d_model, c.heads, c.d_kv, c.d_ff, count(c.vocab), c.buckets, c.max_distance);
+    note_unused(text->weights);
+  }
+  {
+    KILN_ASSIGN_OR_RETURN(auto vae, wan_load_vae(f));
+    const WanVaeConfig& c = vae->config;
+    const int64_t side = 2 * c.spatial_factor;
+    KILN_RETURN_IF_ERROR(wan_vae_decoder_graph(c, vae->weights, 2, 2, false).status().with_context(ref.path));
+    if (c.has_encoder)
+      KILN_RETURN_IF_ERROR(wan_vae_encoder_graph(c, vae->weights, side, side).status().with_context(ref.path));
+    out += fmt::format("vae: {}\n", weights_line(vae->weights));
+    out += fmt::format("  {} latent channels, {}x{}x{} compression (frames x height x width), {}\n", c.z_dim,
+                       c.temporal_factor, c.spatial_factor, c.spatial_factor,
+                       c.has_encoder ? "encoder and decoder" : "decoder only");
+    note_unused(vae->weights);
+  }
+  out += fmt::format("tokenizer: {}\n", f.tokenizer_model);
+  if (!f.scheduler_config_path.empty()) out += fmt::format("scheduler: {}\n", f.scheduler_config_path);
+  std::sort(unused.begin(), unused.end());
+  out += fmt::format("keys unused: {}\n{}", unused.size(), key_list(unused, 20));
+  return out;
+}
+
 std::optional<Result<std::string>> describe_checkpoint(const ModelRef& ref) {
+  if (is_wan_folder(ref.path)) return describe_wan(ref);
   if (!is_checkpoint_path(ref.path)) return std::nullopt;
   auto format = checkpoint_format(ref.path);
   if (format.ok() && *format == CheckpointFormat::kOnnxFolder) return std::nullopt;

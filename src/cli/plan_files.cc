@@ -8,8 +8,11 @@ namespace kiln::cli {
 
 Result<std::unique_ptr<Plan>> compile_to_file(const ModelRef& model, const std::map<std::string, int64_t>& dims,
                                               const PassOptions& passes, const std::string& out) {
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model));
-  auto compiled = Plan::compile(std::move(graph), {.dims = dims, .passes = passes, .keep_constants = true});
+  ModelRef sized = model;
+  sized.sizes = dims;
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(sized));
+  auto compiled =
+      Plan::compile(std::move(graph), {.dims = input_dims_of(model, dims), .passes = passes, .keep_constants = true});
   if (!compiled.ok()) return compiled.status().with_context(model.label());
   std::unique_ptr<Plan> plan = std::move(compiled).value();
   KILN_ASSIGN_OR_RETURN(PlanKey key, plan_key_for(model.path, plan->signature(), dims));
@@ -22,9 +25,10 @@ Result<std::unique_ptr<Plan>> compile_to_file(const ModelRef& model, const std::
 
 Result<std::unique_ptr<Plan>> load_plan_file(const std::string& path) {
   auto recompile = [](const PlanKey& key) -> Result<std::unique_ptr<Plan>> {
-    KILN_ASSIGN_OR_RETURN(Graph graph, load_model({key.model_path, key.model_component, key.model_variant}));
+    KILN_ASSIGN_OR_RETURN(Graph graph, load_model({key.model_path, key.model_component, key.model_variant, key.dims}));
     KILN_ASSIGN_OR_RETURN(PassOptions passes, key_passes(key));  // as it was compiled
-    return Plan::compile(std::move(graph), {.dims = key.dims, .passes = passes, .keep_constants = true});
+    const ModelRef model{key.model_path, key.model_component, key.model_variant, key.dims};
+    return Plan::compile(std::move(graph), {.dims = input_dims_of(model, key.dims), .passes = passes, .keep_constants = true});
   };
   return kiln::load_plan_file(path, recompile, [](const std::string& line) { fmt::print(stderr, "kiln: note: {}\n", line); });
 }

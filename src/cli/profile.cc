@@ -84,11 +84,13 @@ Status profile(const ProfileOptions& opt) {
   if (opt.warmup < 0) return invalid_argument("--warmup must not be negative, got {}", opt.warmup);
   if (opt.top < 0) return invalid_argument("--top must not be negative, got {}", opt.top);
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
+  ModelRef model = opt.model;
+  KILN_ASSIGN_OR_RETURN(model.sizes, parse_dims(opt.dims));
   std::map<std::string, int64_t> default_dims;
-  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(opt.model, &default_dims));
+  KILN_ASSIGN_OR_RETURN(Graph graph, load_model(model, &default_dims));
   const std::string label = opt.model.label();
   if (Status s = assign_precision(graph, passes.precision, nullptr); !s.ok()) return s.with_context(label);
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, opt.dims, default_dims, opt.seed));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(graph, label, opt.inputs, input_dim_flags(model, opt.dims), default_dims, opt.seed));
   {
     EagerExecutor check(graph);  // the same messages, naming the input files, as kiln run
     if (Status s = check.check_inputs(inputs.tensors, inputs.sources); !s.ok()) return s.with_context(label);

@@ -143,12 +143,14 @@ Status run_plan_file(const RunOptions& opt) {
 
 Status run_model(const RunOptions& opt) {
   if (looks_like_plan_file(opt.model.path)) return run_plan_file(opt);
+  ModelRef model = opt.model;
+  KILN_ASSIGN_OR_RETURN(model.sizes, parse_dims(opt.dims));
   std::map<std::string, int64_t> default_dims;
-  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model, &default_dims));
+  KILN_ASSIGN_OR_RETURN(Graph g, load_model(model, &default_dims));
   const std::string label = opt.model.label();
   KILN_ASSIGN_OR_RETURN(ExecutionMode mode, parse_execution_mode(opt.mode));
   KILN_ASSIGN_OR_RETURN(PassOptions passes, pass_options(opt.pass_flags));
-  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, label, opt.inputs, opt.dims, default_dims, opt.seed));
+  KILN_ASSIGN_OR_RETURN(ModelInputs inputs, gather_inputs(g, label, opt.inputs, input_dim_flags(model, opt.dims), default_dims, opt.seed));
   std::vector<Tensor> outputs;
   if (opt.reference || (opt.op_times && mode == ExecutionMode::kEager)) {
     if (mode != ExecutionMode::kEager) return invalid_argument("--reference runs the eager executor: add --mode eager");
@@ -171,7 +173,7 @@ Status run_model(const RunOptions& opt) {
     // weights kept beside the runner's.
     const std::vector<std::string> names = output_names(g.outputs());
     KILN_ASSIGN_OR_RETURN(auto runner,
-                          ModelRunner::create([&] { return load_model(opt.model); }, options, std::move(g)));
+                          ModelRunner::create([&] { return load_model(model); }, options, std::move(g)));
     auto run = runner->run(inputs.tensors);
     if (!run.ok()) return run.status().with_context(label);
     KILN_RETURN_IF_ERROR(write_profile(opt, runner->last_report()));

@@ -30,8 +30,11 @@ Status show(const ShowOptions& opt) {
     fmt::print("{}", checkpoint->value());
     return ok_status();
   }
-  KILN_ASSIGN_OR_RETURN(Graph g, load_model(opt.model));
   KILN_ASSIGN_OR_RETURN(auto dims, parse_dims(opt.dims));
+  ModelRef model = opt.model;
+  model.sizes = dims;
+  KILN_ASSIGN_OR_RETURN(Graph g, load_model(model));
+  dims = input_dims_of(model, dims);
   if (!dims.empty()) {
     if (Status s = specialize_shapes(g, dims); !s.ok()) return s.with_context(opt.model.label());
   }

@@ -83,6 +83,28 @@ at_least "$psnr" 30 || fail "i2v.mp4's frames are not the generated ones (luma P
   --image "$tiny/reference/video_i2v/first_frame.png" -o cropped.mp4 -q
 [[ "$(probe cropped.mp4)" == "h264 64 64 yuv420p 5" ]] || fail "cropped.mp4 is $(probe cropped.mp4)"
 
+# The model commands on a Wan folder: its summary; each network built for
+# the sizes --dim gives, benched (no heap allocation in a replay), compiled
+# and run from its .kplan.
+"$kiln" show "$tiny/diffusers" >show.txt
+grep -q "transformer: 178,048 parameters" show.txt || fail "kiln show: $(cat show.txt)"
+grep -q "UMT5, 2 layers, width 32 = 4 heads x 8" show.txt || fail "kiln show: $(cat show.txt)"
+grep -q "48 latent channels, 4x16x16 compression" show.txt || fail "kiln show: $(cat show.txt)"
+for c in transformer text_encoder vae_decoder vae_encoder; do
+  "$kiln" bench "$tiny/original" --component "$c" --dim height=64 --dim width=64 --iters 2 --warmup 1 --no-peak --json \
+    >"bench_$c.json" 2>/dev/null
+  grep -qF "\"model\": \"$tiny/original ($c)\"" "bench_$c.json" || fail "bench --component $c: $(cat "bench_$c.json")"
+  [[ "${KILN_SANITIZED:-0}" == 1 ]] || grep -qF '"replay_heap_allocations": 0' "bench_$c.json" ||
+    fail "bench --component $c allocates in a replay"
+done
+"$kiln" compile "$tiny/diffusers" --dim frames=3 --dim height=4 --dim width=6 --dim text_rows=512 -o dit.kplan >/dev/null
+"$kiln" run dit.kplan | grep -q "sample: f32\[2,48,3,4,6\]" || fail "kiln run dit.kplan: $("$kiln" run dit.kplan)"
+set +e
+"$kiln" bench "$tiny/diffusers" --dim wrong=3 2>err.txt
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "\-\-dim wrong: not a size of" err.txt || fail "--dim wrong: $(cat err.txt)"
+
 expect_error "--frames must be 4k+1" -m "$tiny/diffusers" -p x --frames 6
 expect_error "--width must be a multiple of 32" -m "$tiny/diffusers" -p x --frames 5 --width 50
 expect_error "a video takes one --prompt" -m "$tiny/diffusers" -p x -p y --frames 5
