@@ -70,6 +70,10 @@ class Mp4Writer final : public VideoWriter {
     codec_->color_primaries = AVCOL_PRI_BT709;
     codec_->color_trc = AVCOL_TRC_BT709;
     if (format_->oformat->flags & AVFMT_GLOBALHEADER) codec_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    // One encoder thread: x264's frame threads, sharing the cores with kiln's OpenMP team, gave
+    // different bytes from run to run, and the same seed must give the same file. Encoding is a
+    // small part of a generation's time.
+    codec_->thread_count = 1;
     av_opt_set(codec_->priv_data, "crf", "18", 0);
     av_opt_set(codec_->priv_data, "preset", "medium", 0);
     if (int e = avcodec_open2(codec_, codec, nullptr); e < 0)
