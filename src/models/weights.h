@@ -45,7 +45,7 @@ class WeightSet {
   // one must not get that far); an error naming it otherwise, or when it is
   // missing. Nothing is marked.
   Result<Shape> checked_shape(std::string_view name, size_t rank) const;
-  static constexpr int64_t kMaxWidth = int64_t(1) << 17;
+  static constexpr int64_t kMaxWidth = int64_t(1) << 20;  // UMT5-XXL has 256,384 embeddings
 
   // Names no find() has asked for, sorted.
   std::vector<std::string> unused() const;

@@ -157,13 +157,13 @@ TEST(Bf16, ArbitraryInputsAreRounded) {
   }
 }
 
-// Where bf16_gemm() picks kiln's GEMM (kKiln: AVX512-BF16, no AMX; kKilnF32:
+// Where bf16_gemm() picks kiln's GEMM (kKiln: AVX512-BF16, on AMX tiles where the CPU has them; kKilnF32:
 // no AVX512-BF16, as ctest's without_avx512 has it), the products of
 // kiln.Linear, Gemm, MatMul by a weight (kKilnF32: every MatMul),
 // kiln.Attention and 1-D and 2-D convolutions of one group run on it, and a
 // plan's replay of them allocates nothing; grouped bf16 Convs still run on
 // oneDNN, whose executions allocate (which shows the count is live). Where
-// it picks oneDNN's primitives (AMX, or KILN_BF16_GEMM=onednn as ctest's
+// it picks oneDNN's primitives (KILN_BF16_GEMM=onednn as ctest's
 // bf16_on_onednn sets it), the Linears' replays allocate: the choice took
 // effect.
 TEST(Bf16, GemmProductsReplayWithoutAllocating) {

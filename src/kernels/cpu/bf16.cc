@@ -133,7 +133,8 @@ const Bf16GemmChoice& bf16_gemm_choice() {
     if (setting.ok() && setting->has_value()) return {**setting, "set by KILN_BF16_GEMM"};
     if (!gemm::has_bf16_products())
       return {Bf16Gemm::kKilnF32, "no AVX512-BF16 on this CPU, or ONEDNN_MAX_CPU_ISA below it"};
-    if (onednn_has_amx()) return {Bf16Gemm::kOnednn, "AMX"};
+    if (gemm::has_amx_products()) return {Bf16Gemm::kKiln, "AMX tiles"};
+    if (onednn_has_amx()) return {Bf16Gemm::kOnednn, "AMX, its tile state not granted to kiln"};
     return {Bf16Gemm::kKiln, "AVX512-BF16, no AMX"};
   }();
   return chosen;

@@ -27,14 +27,15 @@ bool onednn_has_bf16();
 // What runs the bf16 products of kiln.Linear, Gemm, MatMul and 1-D and 2-D
 // convolutions of one group.
 enum class Bf16Gemm {
-  kKiln,     // kiln's GEMM on bf16 products (gemm.h: vdpbf16ps)
+  kKiln,     // kiln's GEMM on bf16 products (gemm.h: AMX tiles, or vdpbf16ps)
   kKilnF32,  // kiln's f32 GEMM on operands rounded through bf16: the same results
   kOnednn,   // oneDNN's bf16 primitives
 };
 
-// kiln's GEMM (nothing allocated) where the CPU has AVX512-BF16 and oneDNN
-// sees no AMX; oneDNN's primitives where it does (its tile products run at
-// several times vdpbf16ps' rate). Where the CPU has no AVX512-BF16
+// kiln's GEMM (nothing allocated) where the CPU has AVX512-BF16: on AMX
+// tiles where it has AMX (gemm::has_amx_products(); several times
+// vdpbf16ps' rate), else on vdpbf16ps; oneDNN's primitives only on an AMX
+// CPU whose kernel refuses kiln the tile state. Where the CPU has no AVX512-BF16
 // (gemm::has_bf16_products()), kiln's f32 GEMM on operands rounded through
 // bf16: about f32's time, where oneDNN's primitives (bf16 emulated on
 // AVX-512) took several times as long and allocated on every replay

@@ -498,8 +498,8 @@ Status conv_gemm_or_rows(KernelContext& ctx, const ConvGeometry& g) {
 // machine.
 constexpr int64_t kBf16MinOutChannels = 32;
 
-// A convolution computing in bf16 that kiln's GEMM does not take (grouped or
-// 3-D ones, and every one where bf16_gemm() picks oneDNN: AMX) runs on
+// A convolution computing in bf16 that kiln's GEMM does not take (grouped
+// ones, and every one where bf16_gemm() picks oneDNN) runs on
 // oneDNN, on the layouts it picks: over plain NCHW tensors it falls back to
 // im2col and a GEMM (x64:gemm:jit), in its blocked layouts it runs its
 // faster direct kernels (brgconv; docs/performance.md#convolutions). Each

@@ -32,7 +32,10 @@
 // embedded broadcasts were slower (measurements: docs/performance.md#gemm-bf16).
 #include "kernels/cpu/gemm.h"
 
+#include <cpuid.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -245,6 +248,83 @@ void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT 
   StoreSums<kTileRows, kHalf>(lo, hi, c, ldc);
 }
 #pragma GCC pop_options
+
+// AMX tile products (CPUs with AMX-BF16, gemm::has_amx_products()): a tile
+// is up to 32 rows of C by one panel (32 columns), four 16 x 16 f32
+// accumulator tiles (tmm0-3: rows 0-15 and 16-31 by columns 0-15 and
+// 16-31), fed per 32 of K by A's rows (tmm4-5: 16 rows x 32 bf16 each) and
+// the panel's (tmm6-7: 16 pairs of K's rows x 16 columns, the pairs
+// interleaved as pack_bf16 lays them out, which is AMX's own B layout), so
+// packed B and rounded A serve both kinds of products. The configuration is
+// loaded at each tile (oneDNN's kernels, on the same threads, load their own).
+#pragma GCC push_options
+#pragma GCC target("avx512bf16,amx-tile,amx-bf16")
+constexpr int64_t kAmxRows = 32, kAmxDepth = 32;
+static_assert(kBlockRows % kAmxRows == 0);
+
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// C rows [0, rows) of a panel (c, ldc floats a row) += A (rows x depth bf16,
+// lda apart) x the panel's K rows (b, depth even). Unless `load`, C starts
+// from the bias (col_bias[j] + row_bias[i], either null) instead of its contents.
+template <bool kTwoRowTiles>
+void TileAmx(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b, int64_t depth, float* c,
+             int64_t ldc, int64_t rows, bool load, const float* col_bias, const float* row_bias) {
+  static_assert(kPanel == 32, "an AMX tile pair covers 32 columns");
+  const int64_t rows0 = std::min<int64_t>(rows, 16), rows1 = rows - rows0;
+  if (!load)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < kPanel; ++j)
+        c[r * ldc + j] = (col_bias ? col_bias[j] : 0.0f) + (row_bias ? row_bias[r] : 0.0f);
+  AmxConfig config;
+  for (int t : {0, 1, 4}) config.rows[t] = uint8_t(rows0), config.colsb[t] = 64;
+  if (kTwoRowTiles)
+    for (int t : {2, 3, 5}) config.rows[t] = uint8_t(rows1), config.colsb[t] = 64;
+  for (int t : {6, 7}) config.rows[t] = 16, config.colsb[t] = 64;
+  _tile_loadconfig(&config);
+  const int64_t lda_bytes = lda * int64_t(sizeof(bf16)), ldc_bytes = ldc * int64_t(sizeof(float));
+  constexpr int64_t kPairRow = 2 * kPanel;  // bf16 of one pair of K's rows of the panel
+  _tile_loadd(0, c, ldc_bytes);
+  _tile_loadd(1, c + 16, ldc_bytes);
+  if (kTwoRowTiles) {
+    _tile_loadd(2, c + 16 * ldc, ldc_bytes);
+    _tile_loadd(3, c + 16 * ldc + 16, ldc_bytes);
+  }
+  auto step = [&](const bf16* a_at, int64_t a_stride, const bf16* b_at) {
+    _tile_loadd(4, a_at, a_stride);
+    if (kTwoRowTiles) _tile_loadd(5, a_at + 16 * a_stride / int64_t(sizeof(bf16)), a_stride);
+    _tile_loadd(6, b_at, kPairRow * int64_t(sizeof(bf16)));
+    _tile_loadd(7, b_at + kPanel, kPairRow * int64_t(sizeof(bf16)));
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (kTwoRowTiles) {
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  };
+  const int64_t whole = depth / kAmxDepth * kAmxDepth;
+  for (int64_t t = 0; t < whole; t += kAmxDepth) step(a + t, lda_bytes, b + t / 2 * kPairRow);
+  if (whole < depth) {  // K's last (< 32) columns, zero-padded to a whole tile
+    const int64_t tail = depth - whole;
+    HWY_ALIGN bf16 a_tail[kAmxRows * kAmxDepth] = {};
+    HWY_ALIGN bf16 b_tail[kAmxDepth / 2 * kPairRow] = {};
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(a_tail + r * kAmxDepth, a + r * lda + whole, size_t(tail) * sizeof(bf16));
+    std::memcpy(b_tail, b + whole / 2 * kPairRow, size_t(tail / 2 * kPairRow) * sizeof(bf16));
+    step(a_tail, kAmxDepth * int64_t(sizeof(bf16)), b_tail);
+  }
+  _tile_stored(0, c, ldc_bytes);
+  _tile_stored(1, c + 16, ldc_bytes);
+  if (kTwoRowTiles) {
+    _tile_stored(2, c + 16 * ldc, ldc_bytes);
+    _tile_stored(3, c + 16 * ldc + 16, ldc_bytes);
+  }
+}
+#pragma GCC pop_options
 #endif
 
 template <typename T>
@@ -345,11 +425,18 @@ void CopyRows(const float* from, int64_t ld_from, float* to, int64_t ld_to, int6
   }
 }
 
-// Rows [m0, m1) of A over K's slice [t0, t0 + depth), against every panel.
-template <typename T>
+// Rows [m0, m1) of A over K's slice [t0, t0 + depth), against every panel;
+// in AMX tiles of up to kAmxRows rows (kAmx), else of up to kRows.
+template <typename T, bool kAmx = false>
 void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_t t0, int64_t depth,
           bool prefetch) {
-  HWY_ALIGN float stage[kRows * kPanel];  // a tile's sums on their way to C (below)
+#if KILN_GEMM_BF16
+  constexpr int64_t kStep = kAmx ? kAmxRows : kRows;
+#else
+  static_assert(!kAmx);
+  constexpr int64_t kStep = kRows;
+#endif
+  HWY_ALIGN float stage[kStep * kPanel];  // a tile's sums on their way to C (below)
   HWY_ALIGN float edge_bias[kPanel];      // the bias of a panel cut short by C's last columns, padded
   const bool first = t0 == 0;             // the bias goes in with the first slice of products
   const bool load = !first || e.accumulate;
@@ -376,23 +463,31 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       std::fill(edge_bias + cols, edge_bias + kPanel, 0.0f);
       col_bias = edge_bias;
     }
-    for (int64_t i0 = m0; i0 < m1; i0 += kRows) {
-      const int64_t rows = std::min<int64_t>(kRows, m1 - i0), index = (i0 - m0) / kRows;
+    for (int64_t i0 = m0; i0 < m1; i0 += kStep) {
+      const int64_t rows = std::min<int64_t>(kStep, m1 - i0), index = (i0 - m0) / kStep;
       // The tile's share of the next panel: an equal one in a whole block,
       // else half (or all) of it for each of the block's first tiles.
       const Prefetch mode = !prefetch ? kNoPrefetch
                             : whole_block ? kSharePrefetch
                             : index < kDensePrefetchers<T> ? kDensePrefetch
                                                            : kNoPrefetch;
-      const auto tile = TileFor(p, rows, cols, mode);
       const T* a = p.a + i0 * p.lda + t0;
       const char* share = reinterpret_cast<const char*>(next) +
                           index * depth * (whole_block ? kNextBytesPerRow<T> : kDenseBytesPerRow<T>);
       const float* row_bias = first && e.bias && e.bias_per_row ? e.bias + i0 : nullptr;
       float* c = p.c + i0 * p.ldc + j0;
       const float* residual = e.residual ? e.residual + i0 * p.ldc + j0 : nullptr;
+      auto tile = [&](float* sums, int64_t ld) {
+#if KILN_GEMM_BF16
+        if constexpr (kAmx) {
+          if (rows > 16) return TileAmx<true>(a, p.lda, b, depth, sums, ld, rows, load, col_bias, row_bias);
+          return TileAmx<false>(a, p.lda, b, depth, sums, ld, rows, load, col_bias, row_bias);
+        }
+#endif
+        TileFor(p, rows, cols, mode)(a, p.lda, b, b_rows, depth, sums, ld, load, col_bias, row_bias, share);
+      };
       if (cols == kPanel && !finish) {
-        tile(a, p.lda, b, b_rows, depth, c, p.ldc, load, col_bias, row_bias, share);
+        tile(c, p.ldc);
         continue;
       }
       // A tile cut short by C's last columns, or one with an epilogue, keeps
@@ -409,7 +504,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
           __builtin_prefetch(line + cols * 4 - 1, 0, 3);
         }
       if (load) CopyRows(c, p.ldc, stage, kPanel, rows, cols);  // a later slice adds to the sums so far
-      tile(a, p.lda, b, b_rows, depth, stage, kPanel, load, col_bias, row_bias, share);
+      tile(stage, kPanel);
       if (finish)
         Finish(stage, kPanel, c, p.ldc, rows, cols, e, e.scale ? e.scale + j0 : nullptr, e.first_row + i0, residual);
       else
@@ -418,7 +513,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
   }
 }
 
-template <typename T>
+template <typename T, bool kAmx = false>
 void Block(const Product<T>& p, const Epilogue& e, bool prefetch) {
   if (p.m <= 0 || p.n <= 0) return;
   // K in equal slices of at most kSliceDepth floats' bytes (a K of 1153 is
@@ -429,7 +524,7 @@ void Block(const Product<T>& p, const Epilogue& e, bool prefetch) {
       std::max<int64_t>(kSteps, (p.k + slices * kSteps - 1) / (slices * kSteps) * kSteps);
   for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows)
     for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += slice)
-      Pass(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0), prefetch);
+      Pass<T, kAmx>(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0), prefetch);
 }
 
 void BlockF32(const Problem& p, const Epilogue& e, bool prefetch) { Block(p, e, prefetch); }
@@ -442,11 +537,12 @@ bool Bf16Products() {
 #endif
 }
 
-void BlockBf16(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
+void BlockBf16(const Bf16Problem& p, const Epilogue& e, bool prefetch, bool amx) {
 #if KILN_GEMM_BF16
+  if (amx) return Block<bf16, true>(p, e, prefetch);
   Block(p, e, prefetch);
 #else
-  (void)p, (void)e, (void)prefetch;
+  (void)p, (void)e, (void)prefetch, (void)amx;
   HWY_ABORT("bf16 products on a CPU without them (see gemm::has_bf16_products)");
 #endif
 }
@@ -584,6 +680,19 @@ bool has_bf16_products() {
   return has;
 }
 
+bool has_amx_products() {
+  static const bool has = [] {
+    // ONEDNN_MAX_CPU_ISA below AMX stands in for a CPU without it (as for AVX512-BF16 above).
+    if (!has_bf16_products() || !simd_targets::onednn_has(dnnl_cpu_isa_avx512_core_amx)) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+    // Linux hands out the tile registers' state on request (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has;
+}
+
 int64_t packed_bf16_count(int64_t k, int64_t n) { return packed_floats(bf16_depth(k), n); }
 
 void pack_bf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int64_t n, bf16* packed,
@@ -610,7 +719,7 @@ void run_block(const Problem& p, const Epilogue& e, bool prefetch) {
 }
 void run_block(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
   assert(p.k % 2 == 0 && !p.b_rows);
-  HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e, prefetch);
+  HWY_DYNAMIC_DISPATCH(BlockBf16)(p, e, prefetch, has_amx_products());
 }
 
 // Tiles of C: up to kTileUnits units of kUnit rows (every target's tile

@@ -47,6 +47,10 @@ void pack(const float* b, int64_t row_stride, int64_t col_stride, int64_t k, int
 // then stands in for a CPU without them, kiln's kernels included, as
 // ctest's without_avx512 does.
 bool has_bf16_products();
+// Whether bf16 products run on AMX tiles here (AMX-BF16, the kernel's
+// permission for the tile state, oneDNN not capped below AMX; checked once):
+// several times vdpbf16ps' rate, on the same packed operands.
+bool has_amx_products();
 // K rounded up to even: the depth of a bf16 product and of its A's rows.
 inline int64_t bf16_depth(int64_t k) { return (k + 1) / 2 * 2; }
 // bf16 values that pack_bf16() writes for a k x n operand.

@@ -8,11 +8,12 @@
 // Nodes marked to compute in bf16 (passes' assign_precision) round their
 // operands to bf16 and sum in f32. kiln.Linear, Gemm and MatMul by one
 // matrix run on the GEMM's bf16 products where bf16_gemm() says so
-// (AVX512-BF16 and no AMX, bf16.h): A rounded by the GEMM (gemm::F32Rows), a
-// constant weight rounded and packed once, nothing allocated. Without
-// AVX512-BF16, every MatMul too runs on the GEMM's f32 products with its
-// operands rounded through bf16 (products.h). With AMX, and batched MatMuls
-// with AVX512-BF16, oneDNN's bf16 primitives: each f32 operand rounded into
+// (AVX512-BF16, on AMX tiles where the CPU has them; bf16.h): A rounded by
+// the GEMM (gemm::F32Rows), a constant weight rounded and packed once,
+// nothing allocated. Without AVX512-BF16, every MatMul too runs on the
+// GEMM's f32 products with its operands rounded through bf16 (products.h).
+// Batched MatMuls with AVX512-BF16 (and everything, where KILN_BF16_GEMM=onednn)
+// run on oneDNN's bf16 primitives: each f32 operand rounded into
 // scratch on every call (DnnlReplay's kBf16Input), a constant weight rounded
 // and packed once, f32 accumulation and output.
 #include <omp.h>
