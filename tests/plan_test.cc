@@ -317,12 +317,19 @@ TEST(Plan, StoredWeightsAreWidenedOnceAndNotKept) {
     EXPECT_LT((*plan)->stats().packed_weight_bytes, size_t(2 * 24 * 40 * 4)) << "no wide copy beside it";
   }
   EXPECT_EQ(results[0], results[1]);
-  // Eager widens it too, and gets the same.
+  // Eager widens it too, and gets the same: kept wide for the next run, or,
+  // past the limit on kept copies, widened at each run.
   Graph g = graph(DType::kF16);
-  EagerExecutor exec(g);
-  auto eager = exec.run({{"x", x}});
-  ASSERT_TRUE(eager.ok()) << eager.status().message();
-  EXPECT_EQ(values((*eager)[0].view()), results[1]);
+  for (size_t limit : {size_t(1) << 20, size_t(0)}) {
+    EagerExecutor exec(g);
+    exec.set_widened_kept_limit(limit);
+    for (int run = 0; run < 2; ++run) {
+      auto eager = exec.run({{"x", x}});
+      ASSERT_TRUE(eager.ok()) << eager.status().message();
+      EXPECT_EQ(values((*eager)[0].view()), results[1]);
+      EXPECT_EQ(exec.widened_kept_bytes(), limit ? size_t(24 * 40 * 4) : 0);
+    }
+  }
 }
 
 }  // namespace

@@ -111,20 +111,29 @@ Status EagerExecutor::run_node(const Node& node, std::vector<Tensor>& slots) {
   kc.cpu = kernels_ == KernelSet::kCpu ? cpu_.get() : nullptr;
   AllocatorWorkspace workspace(*allocator_);
   kc.workspace = &workspace;
+  std::vector<Tensor> transient(node.inputs.size());  // this call's widened weights (no reallocation below)
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     if (!is_stored_weight(node, i)) {
       kc.inputs.push_back(node.inputs[i] ? &slots[node.inputs[i]->id].view() : nullptr);
       continue;
     }
-    // Widened once for a constant; on every run for anything else.
+    // A constant widened once while the kept copies fit widened_limit_;
+    // past that, and for anything else, widened for this call alone.
     const Value* v = node.inputs[i];
-    auto it = widened_.find(v->id);
-    if (it == widened_.end() || !v->constant) {
-      auto wide = widened_to_f32(slots[v->id].view());
-      if (!wide.ok()) return wide.status().with_context(node_label(node));
-      it = widened_.insert_or_assign(v->id, std::move(*wide)).first;
+    if (auto it = widened_.find(v->id); it != widened_.end() && v->constant) {
+      kc.inputs.push_back(&it->second.view());
+      continue;
     }
-    kc.inputs.push_back(&it->second.view());
+    auto wide = widened_to_f32(slots[v->id].view());
+    if (!wide.ok()) return wide.status().with_context(node_label(node));
+    const size_t bytes = wide->nbytes();
+    if (v->constant && widened_bytes_ + bytes <= widened_limit_) {
+      widened_bytes_ += bytes;
+      kc.inputs.push_back(&widened_.insert_or_assign(v->id, std::move(*wide)).first->second.view());
+    } else {
+      transient[i] = std::move(*wide);
+      kc.inputs.push_back(&transient[i].view());
+    }
   }
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     if (!node.outputs[i]) {

@@ -49,6 +49,10 @@ class EagerExecutor {
     int64_t calls = 0;
   };
   void set_op_timing(bool on) { op_timing_ = on; }
+  // Stored weights kept widened to f32 between runs: their bytes, and the
+  // most kept (2 GiB unless set; the rest are widened at each call).
+  size_t widened_kept_bytes() const { return widened_bytes_; }
+  void set_widened_kept_limit(size_t bytes) { widened_limit_ = bytes; }
   const std::vector<OpTime>& op_times() const { return op_times_; }
 
  private:
@@ -61,7 +65,12 @@ class EagerExecutor {
   bool op_timing_ = false;
   std::vector<OpTime> op_times_ = std::vector<OpTime>(kOpCount);
   std::vector<std::vector<size_t>> free_after_; // per node: value ids whose last use it is
-  std::unordered_map<size_t, Tensor> widened_;  // stored weights (kernel.h) as f32, by value id
+  // Stored weights (kernel.h) kept widened to f32, by value id, up to
+  // widened_limit_ bytes: all of a full-size model's would not fit (UMT5-XXL's
+  // 11 GB of bf16 are 23 GB in f32), and past the limit a weight is widened
+  // again at each call instead.
+  std::unordered_map<size_t, Tensor> widened_;
+  size_t widened_bytes_ = 0, widened_limit_ = size_t(2) << 30;
 };
 
 }  // namespace kiln
