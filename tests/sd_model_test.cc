@@ -11,6 +11,7 @@
 
 #include "models/sd_model.h"
 #include "npy/npy.h"
+#include "reference_close.h"
 #include "safetensors/safetensors.h"
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
@@ -43,18 +44,7 @@ std::shared_ptr<SdModel> open(const CheckpointCase& c) {
   return m.ok() ? *m : nullptr;
 }
 
-// max |err| <= 1e-4 * max |reference|.
-void expect_close(const std::string& what, const TensorView& got, const Tensor& expected) {
-  ASSERT_EQ(got.shape, expected.shape()) << what;
-  double max_ref = 0, max_err = 0;
-  for (int64_t k = 0; k < got.numel(); ++k) {
-    const double e = expected.data<float>()[k], g = got.as<float>()[k];
-    max_ref = std::max(max_ref, std::abs(e));
-    max_err = std::max(max_err, std::isnan(g) ? INFINITY : std::abs(e - g));
-  }
-  EXPECT_LE(max_err, 1e-4 * max_ref) << what << ": max |err| " << max_err << ", max |ref| " << max_ref;
-  fmt::print("  {}: max |err| / max |ref| = {:.2e}\n", what, max_err / max_ref);
-}
+using testing::expect_close;
 
 // Runs `graph` eagerly and as a plan on reference/<family>/<network>'s
 // inputs and compares with its outputs.

@@ -12,6 +12,7 @@
 #include "models/wan_model.h"
 #include "models/wan_names.h"
 #include "npy/npy.h"
+#include "reference_close.h"
 #include "pipeline/video_decoder.h"
 #include "runtime/eager_executor.h"
 #include "runtime/plan.h"
@@ -30,18 +31,7 @@ Tensor read_npy(const fs::path& path) {
   return t.ok() ? std::move(*t) : Tensor();
 }
 
-// max |err| <= 1e-4 * max |reference|.
-void expect_close(const std::string& what, const TensorView& got, const Tensor& expected, double tolerance = 1e-4) {
-  ASSERT_EQ(got.shape, expected.shape()) << what;
-  double max_ref = 0, max_err = 0;
-  for (int64_t k = 0; k < got.numel(); ++k) {
-    const double e = expected.data<float>()[k], g = got.as<float>()[k];
-    max_ref = std::max(max_ref, std::abs(e));
-    max_err = std::max(max_err, std::isnan(g) ? INFINITY : std::abs(e - g));
-  }
-  EXPECT_LE(max_err, tolerance * max_ref) << what << ": max |err| " << max_err << ", max |ref| " << max_ref;
-  fmt::print("  {}: max |err| / max |ref| = {:.2e}\n", what, max_err / max_ref);
-}
+using testing::expect_close;
 
 // Runs `graph` eagerly and as a plan on reference/<reference>'s inputs and
 // compares with its output `output`.
