@@ -13,6 +13,7 @@ extern "C" {
 #include <map>
 #include <set>
 
+#include "core/heap_probe.h"
 #include "core/rng.h"
 #include "models/net_builder.h"
 #include "pipeline/denoise_loop.h"
@@ -222,12 +223,17 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
   if (tables.unipc.empty()) KILN_RETURN_IF_ERROR(plan->bind_input("seed", TensorView{DType::kI64, {}, &seed}));
   KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", context.view()));
   if (clean) KILN_RETURN_IF_ERROR(plan->bind_input("first_frame", first_latent->view()));
-  const auto run_start = std::chrono::steady_clock::now();
-  Status status = plan->run_repeated(tables.steps(), [&](int64_t done) {
+  const std::function<void(int64_t)> after_step = [&](int64_t done) {
     if (r.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (r.on_step) r.on_step(int(done - 1), tables.steps());
-  });
+  };
+  const HeapAllocationCount heap = heap_allocation_count();
+  const int64_t heap_before = heap ? heap() : 0;
+  const auto run_start = std::chrono::steady_clock::now();
+  Status status = plan->run_repeated(tables.steps(), after_step);
   g.times.model = ms_since(run_start);
+  if (heap) g.loop_heap_allocations = heap() - heap_before;
+  g.loop_output_copy_bytes = plan->output_copy_bytes();
   return status;
 }
 

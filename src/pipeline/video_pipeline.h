@@ -67,6 +67,11 @@ struct VideoGeneration {
   std::string scheduler, mode;
   int64_t width = 0, height = 0, frames = 0;
   StageTimes times;
+  // Graph-loop only: heap allocations made while the loop's plan ran (the
+  // step callbacks' included; -1 where the program has no counter) and the
+  // bytes it copied out (0: the latents are bound in place).
+  int64_t loop_heap_allocations = -1;
+  size_t loop_output_copy_bytes = 0;
 };
 
 class VideoPipeline {
