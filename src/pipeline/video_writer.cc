@@ -11,7 +11,10 @@ extern "C" {
 }
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 
@@ -31,7 +34,8 @@ std::string av_message(int code) {
 Status check_frames(const TensorView& frames, int64_t width, int64_t height) {
   if (frames.dtype != DType::kF32 || frames.shape.size() != 5 || frames.shape[0] != 1 || frames.shape[1] != 3 ||
       frames.shape[3] != height || frames.shape[4] != width)
-    return invalid_argument("video frames must be [1, 3, T, {}, {}], got {}", height, width, shape_to_string(frames.shape));
+    return invalid_argument("video frames must be [1, 3, T, {}, {}], got {}", height, width,
+                            shape_to_string(frames.shape));
   return ok_status();
 }
 
@@ -51,6 +55,14 @@ class Mp4Writer final : public VideoWriter {
 
   Status open(const std::string& path, int64_t width, int64_t height, int fps, const VideoMetadata& metadata) {
     path_ = path, width_ = width, height_ = height;
+    // Debian's libx264 reads heap memory it never wrote (its output follows
+    // MALLOC_PERTURB_ even in the ffmpeg command), so in a process whose heap
+    // kiln has used, the same frames gave different files from run to run.
+    // While the encoder lives, glibc fills what malloc hands out with one
+    // byte (M_PERTURB, as MALLOC_PERTURB_ does), which makes those bytes the
+    // same each run; close() puts the setting back.
+    mallopt(M_PERTURB, kPerturbByte);
+    perturbing_ = true;
     temp_ = fmt::format("{}.{}.tmp", path, getpid());
     av_log_set_level(AV_LOG_ERROR);
     if (int e = avformat_alloc_output_context2(&format_, nullptr, "mp4", temp_.c_str()); e < 0 || !format_)
@@ -70,9 +82,9 @@ class Mp4Writer final : public VideoWriter {
     codec_->color_primaries = AVCOL_PRI_BT709;
     codec_->color_trc = AVCOL_TRC_BT709;
     if (format_->oformat->flags & AVFMT_GLOBALHEADER) codec_->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    // One encoder thread: x264's frame threads, sharing the cores with kiln's OpenMP team, gave
-    // different bytes from run to run, and the same seed must give the same file. Encoding is a
-    // small part of a generation's time.
+    // One encoder thread: x264's choices depend on its thread count, which it
+    // would take from the core count, and the same seed should give the same
+    // file on any machine. Encoding is a small part of a generation's time.
     codec_->thread_count = 1;
     av_opt_set(codec_->priv_data, "crf", "18", 0);
     av_opt_set(codec_->priv_data, "preset", "medium", 0);
@@ -134,7 +146,8 @@ class Mp4Writer final : public VideoWriter {
 
  private:
   Status encode(const AVFrame* frame) {
-    if (int e = avcodec_send_frame(codec_, frame); e < 0) return internal_error("{}: encoding: {}", path_, av_message(e));
+    if (int e = avcodec_send_frame(codec_, frame); e < 0)
+      return internal_error("{}: encoding: {}", path_, av_message(e));
     for (;;) {
       const int e = avcodec_receive_packet(codec_, packet_);
       if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return ok_status();
@@ -147,6 +160,8 @@ class Mp4Writer final : public VideoWriter {
   }
 
   void close() {
+    if (perturbing_) mallopt(M_PERTURB, perturb_setting());
+    perturbing_ = false;
     if (format_ && format_->pb) avio_closep(&format_->pb);
     avformat_free_context(format_), format_ = nullptr;
     avcodec_free_context(&codec_);
@@ -155,9 +170,16 @@ class Mp4Writer final : public VideoWriter {
     sws_freeContext(scale_), scale_ = nullptr;
   }
 
+  // MALLOC_PERTURB_'s value where the user set one, else 0 (off).
+  static int perturb_setting() {
+    const char* env = std::getenv("MALLOC_PERTURB_");
+    return env ? std::atoi(env) : 0;
+  }
+  static constexpr int kPerturbByte = 0x5a;
+
   std::string path_, temp_;
   int64_t width_ = 0, height_ = 0, written_ = 0;
-  bool finished_ = false;
+  bool finished_ = false, perturbing_ = false;
   AVFormatContext* format_ = nullptr;
   AVStream* stream_ = nullptr;
   AVCodecContext* codec_ = nullptr;
