@@ -87,8 +87,8 @@ kiln::Status time_mode(const Settings& s, ModeRun& run) {
   KILN_ASSIGN_OR_RETURN(auto pipe, kiln::VideoPipeline::load(s.model, options));
   std::vector<Clock::time_point> ends;
   ends.reserve(size_t(s.steps));  // the callback must not allocate inside the loop plan's run
-  kiln::VideoRequest r{.prompt = s.prompt, .seed = 1, .steps = s.steps, .frames = s.frames, .width = s.width,
-                       .height = s.height};
+  kiln::VideoRequest r{
+      .prompt = s.prompt, .seed = 1, .steps = s.steps, .frames = s.frames, .width = s.width, .height = s.height};
   r.on_step = [&](int, int) { ends.push_back(Clock::now()); };
   KILN_ASSIGN_OR_RETURN(kiln::VideoGeneration g, pipe->generate(r, {}));
   run.step_ms.push_back(ms_between(ends.front(), ends.back()) / double(s.steps - 1));
@@ -183,15 +183,16 @@ int main(int argc, char** argv) {
       m["text_encoder_ms_median"] = median(run.text_encoder_ms);
       m["compile_ms_median"] = median(run.compile_ms);
       if (run.name == "graph-loop") {
-        m["replay_heap_allocations"] = run.heap_allocations < 0 ? nlohmann::json() : nlohmann::json(run.heap_allocations);
+        m["replay_heap_allocations"] =
+            run.heap_allocations < 0 ? nlohmann::json() : nlohmann::json(run.heap_allocations);
         m["input_copy_bytes"] = 0;  // every input bound by pointer: Plan has no copy path for them
         m["output_clone_bytes"] = run.output_copy_bytes;
       }
     }
     for (const ModeRun& run : runs)
       if (run.name != "eager" && j["modes"].contains("eager"))
-        j["speedup_vs_eager"][run.name] = median(j["modes"]["eager"]["step_ms"].get<std::vector<double>>()) /
-                                          median(run.step_ms);
+        j["speedup_vs_eager"][run.name] =
+            median(j["modes"]["eager"]["step_ms"].get<std::vector<double>>()) / median(run.step_ms);
   }
   j["peak_rss_mib"] = peak_rss_mib();
   if (s.json) {

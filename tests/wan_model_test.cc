@@ -165,13 +165,15 @@ TEST(WanNames, OriginalKeysMapToDiffusers) {
   EXPECT_EQ(wan_transformer_name_from_original("img_emb.proj.0.weight"), std::nullopt);
   EXPECT_EQ(umt5_name_from_original("blocks.5.pos_embedding.embedding.weight"),
             "encoder.block.5.layer.0.SelfAttention.relative_attention_bias.weight");
-  EXPECT_EQ(umt5_name_from_original("blocks.0.ffn.gate.0.weight"), "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
+  EXPECT_EQ(umt5_name_from_original("blocks.0.ffn.gate.0.weight"),
+            "encoder.block.0.layer.1.DenseReluDense.wi_0.weight");
   EXPECT_EQ(umt5_name_from_hf("encoder.embed_tokens.weight"), "shared.weight");
   EXPECT_EQ(wan_vae_name_from_original("decoder.upsamples.0.upsamples.3.time_conv.weight"),
             "decoder.up_blocks.0.upsampler.time_conv.weight");
   EXPECT_EQ(wan_vae_name_from_original("encoder.downsamples.1.downsamples.0.residual.3.gamma"),
             "encoder.down_blocks.1.resnets.0.norm2.gamma");
-  EXPECT_EQ(wan_vae_name_from_original("decoder.middle.1.to_qkv.weight"), "decoder.mid_block.attentions.0.to_qkv.weight");
+  EXPECT_EQ(wan_vae_name_from_original("decoder.middle.1.to_qkv.weight"),
+            "decoder.mid_block.attentions.0.to_qkv.weight");
   EXPECT_EQ(wan_vae_name_from_original("conv2.bias"), "post_quant_conv.bias");
 }
 

@@ -54,11 +54,17 @@ Result<VideoResult> VideoGenerator::generate(const VideoGenerationRequest& r, co
   result.seed = r.seed ? *r.seed : std::random_device{}();
   // Wan's own size: 1280 x 704, or 704 x 1280 for a portrait first frame.
   const bool portrait = r.first_frame && r.first_frame->height > r.first_frame->width;
-  VideoRequest v{.prompt = r.prompt, .negative_prompt = r.negative_prompt, .seed = result.seed, .steps = r.steps,
-                 .guidance_scale = r.guidance_scale, .frames = r.frames,
+  VideoRequest v{.prompt = r.prompt,
+                 .negative_prompt = r.negative_prompt,
+                 .seed = result.seed,
+                 .steps = r.steps,
+                 .guidance_scale = r.guidance_scale,
+                 .frames = r.frames,
                  .width = r.width ? r.width : (portrait ? 704 : 1280),
-                 .height = r.height ? r.height : (portrait ? 1280 : 704), .scheduler = r.scheduler,
-                 .first_frame = r.first_frame ? &*r.first_frame : nullptr, .on_step = progress.step,
+                 .height = r.height ? r.height : (portrait ? 1280 : 704),
+                 .scheduler = r.scheduler,
+                 .first_frame = r.first_frame ? &*r.first_frame : nullptr,
+                 .on_step = progress.step,
                  .on_decoded = progress.decoded};
   // Checked here too, so a bad request fails before the writer makes a file.
   if (v.width % 32 || v.height % 32 || v.width < 32 || v.height < 32)

@@ -31,11 +31,11 @@ struct VideoGenerationRequest {
   int64_t frames = 121;
   int64_t width = 0, height = 0;  // 0: Wan's 1280 x 704 (704 x 1280 for a portrait first frame)
   int fps = 24;
-  std::string scheduler;  // empty: the model's (UniPC)
+  std::string scheduler;                // empty: the model's (UniPC)
   std::optional<RgbImage> first_frame;  // image to video
   std::string first_frame_name;         // for the metadata
-  std::string output;      // an .mp4 to write
-  std::string frames_dir;  // or a folder for PNG frames
+  std::string output;                   // an .mp4 to write
+  std::string frames_dir;               // or a folder for PNG frames
 };
 
 struct VideoResult {
@@ -47,8 +47,8 @@ struct VideoResult {
 };
 
 struct VideoProgress {
-  std::function<void(int, int)> step;              // (step index, steps)
-  std::function<void(int64_t, int64_t)> decoded;   // (latent frames decoded, of how many)
+  std::function<void(int, int)> step;             // (step index, steps)
+  std::function<void(int64_t, int64_t)> decoded;  // (latent frames decoded, of how many)
 };
 
 class VideoGenerator {

@@ -54,7 +54,8 @@ Result<Graph> umt5_graph(const Umt5Config& c, const WeightSet& weights, int64_t 
   if (b.ok() && x->dtype != DType::kF32) x = b.op(OpKind::kCast, {x}, {{"to", kOnnxFloat}});
   std::vector<int64_t> buckets(size_t(tokens * tokens));
   for (int64_t i = 0; i < tokens; ++i)
-    for (int64_t j = 0; j < tokens; ++j) buckets[size_t(i * tokens + j)] = umt5_bucket(j - i, c.buckets, c.max_distance);
+    for (int64_t j = 0; j < tokens; ++j)
+      buckets[size_t(i * tokens + j)] = umt5_bucket(j - i, c.buckets, c.max_distance);
   KILN_ASSIGN_OR_RETURN(Tensor bucket_tensor, Tensor::from_vector({tokens, tokens}, buckets));
   Value* bucket_table = b.constant("position_buckets", std::move(bucket_tensor));
   {
@@ -66,11 +67,11 @@ Result<Graph> umt5_graph(const Umt5Config& c, const WeightSet& weights, int64_t 
         Value* h = n.rms_norm(x, "layer_norm", c.eps);
         GraphBuilder::Scope self = b.scope("SelfAttention");
         // This layer's bias [heads, tokens, tokens], a constant the plan folds.
-        Value* bias = b.op(OpKind::kGather, {n.param("relative_attention_bias.weight"), bucket_table},
-                           {{"axis", int64_t(0)}});
+        Value* bias =
+            b.op(OpKind::kGather, {n.param("relative_attention_bias.weight"), bucket_table}, {{"axis", int64_t(0)}});
         bias = n.transpose(bias, {2, 0, 1});
-        Value* a = n.attention(n.linear(h, "q"), n.linear(h, "k"), n.linear(h, "v"), c.heads, c.d_kv, bias, false,
-                               1.0f);
+        Value* a =
+            n.attention(n.linear(h, "q"), n.linear(h, "k"), n.linear(h, "v"), c.heads, c.d_kv, bias, false, 1.0f);
         x = n.linear(a, "o", "none", 1.0f, x);
       }
       {

@@ -93,9 +93,10 @@ Result<WanFolder> wan_folder_open(const std::string& path, const std::string& va
     f.layout = WanLayout::kDiffusers;
     for (const char* component : {"transformer", "text_encoder", "vae", "tokenizer", "scheduler"})
       if (!present(dir / component))
-        return not_found("{}: missing from the Wan diffusers folder (it holds transformer/, text_encoder/, vae/, "
-                         "tokenizer/ and scheduler/)",
-                         (dir / component).string());
+        return not_found(
+            "{}: missing from the Wan diffusers folder (it holds transformer/, text_encoder/, vae/, "
+            "tokenizer/ and scheduler/)",
+            (dir / component).string());
     f.tokenizer_model = (dir / "tokenizer" / "spiece.model").string();
     f.scheduler_config_path = (dir / "scheduler" / "scheduler_config.json").string();
   } else {
@@ -106,7 +107,8 @@ Result<WanFolder> wan_folder_open(const std::string& path, const std::string& va
     KILN_RETURN_IF_ERROR(original_file(dir, kOriginalT5, "text encoder").status());
     f.tokenizer_model = (dir / "google" / "umt5-xxl" / "spiece.model").string();
   }
-  if (!present(f.tokenizer_model)) return not_found("{}: missing (the tokenizer's SentencePiece model)", f.tokenizer_model);
+  if (!present(f.tokenizer_model))
+    return not_found("{}: missing (the tokenizer's SentencePiece model)", f.tokenizer_model);
   return f;
 }
 
@@ -114,17 +116,17 @@ Result<std::unique_ptr<WanNetwork<WanTransformerConfig>>> wan_load_transformer(c
   auto net = std::make_unique<WanNetwork<WanTransformerConfig>>(
       WanNetwork<WanTransformerConfig>{WeightSet("transformer"), {}, {}});
   const bool diffusers = f.layout == WanLayout::kDiffusers;
-  KILN_ASSIGN_OR_RETURN(ComponentWeights c, read_diffusers_component(f.path, diffusers ? "transformer" : ".",
-                                                                     "diffusion_pytorch_model",
-                                                                     diffusers ? f.variant : ""));
+  KILN_ASSIGN_OR_RETURN(ComponentWeights c,
+                        read_diffusers_component(f.path, diffusers ? "transformer" : ".", "diffusion_pytorch_model",
+                                                 diffusers ? f.variant : ""));
   net->files = c.files;
   const bool original = !c.tensors.empty() && wan_transformer_keys_are_original(c.tensors.front().first);
   const std::string origin = c.files.size() == 1 ? c.files[0] : f.path + " (transformer)";
   if (original)
     KILN_RETURN_IF_ERROR(add_renamed(std::move(c.tensors), origin, wan_transformer_name_from_original, net->weights));
   else
-    KILN_RETURN_IF_ERROR(add_renamed(std::move(c.tensors), origin,
-                                     [](const std::string& k) { return std::optional(k); }, net->weights));
+    KILN_RETURN_IF_ERROR(add_renamed(
+        std::move(c.tensors), origin, [](const std::string& k) { return std::optional(k); }, net->weights));
   const int64_t heads = config_int(c.config, diffusers ? "num_attention_heads" : "num_heads", 0);
   if (heads < 0) return invalid_argument("{}: the transformer's head count is no small whole number", f.path);
   KILN_ASSIGN_OR_RETURN(net->config, wan_transformer_config_from_weights(net->weights, heads));
@@ -161,8 +163,8 @@ Result<std::unique_ptr<WanNetwork<WanVaeConfig>>> wan_load_vae(const WanFolder& 
     const std::string config_file = f.path + "/vae/config.json";
     KILN_ASSIGN_OR_RETURN(mean, config_floats(c.config, "latents_mean", config_file));
     KILN_ASSIGN_OR_RETURN(std, config_floats(c.config, "latents_std", config_file));
-    KILN_RETURN_IF_ERROR(add_renamed(std::move(c.tensors), f.path + "/vae",
-                                     [](const std::string& k) { return std::optional(k); }, net->weights));
+    KILN_RETURN_IF_ERROR(add_renamed(
+        std::move(c.tensors), f.path + "/vae", [](const std::string& k) { return std::optional(k); }, net->weights));
   } else {
     KILN_ASSIGN_OR_RETURN(const std::string file, original_file(fs::path(f.path), kOriginalVae, "VAE"));
     KILN_ASSIGN_OR_RETURN(NamedTensorList tensors, safetensors_read(file));

@@ -34,9 +34,9 @@ const char* wan_layout_name(WanLayout layout);
 struct WanFolder {
   std::string path;
   WanLayout layout = WanLayout::kDiffusers;
-  std::string variant;                  // a diffusers folder's weights variant; "" for the plain files
-  std::string tokenizer_model;          // spiece.model
-  std::string scheduler_config_path;    // a diffusers folder's; empty for Wan's own (it has none)
+  std::string variant;                // a diffusers folder's weights variant; "" for the plain files
+  std::string tokenizer_model;        // spiece.model
+  std::string scheduler_config_path;  // a diffusers folder's; empty for Wan's own (it has none)
 };
 
 // Whether `path` is a folder holding a Wan pipeline (either layout).

@@ -47,8 +47,8 @@ Modulation block_modulation(NetBuilder& n, Value* projection, Value* one) {
 Result<WanTransformerConfig> wan_transformer_config_from_weights(const WeightSet& w, int64_t heads) {
   WanTransformerConfig c;
   if (w.contains("condition_embedder.image_embedder.norm1.weight") || w.contains("blocks.0.attn2.add_k_proj.weight"))
-    return invalid_argument("{}: image keys and values (Wan2.1 image-to-video) are not supported; kiln runs Wan2.2 TI2V",
-                            w.label());
+    return invalid_argument(
+        "{}: image keys and values (Wan2.1 image-to-video) are not supported; kiln runs Wan2.2 TI2V", w.label());
   KILN_ASSIGN_OR_RETURN(const Shape patch, w.checked_shape("patch_embedding.weight", 5));
   c.dim = patch[0], c.in_channels = patch[1], c.patch_t = patch[2], c.patch_h = patch[3], c.patch_w = patch[4];
   KILN_ASSIGN_OR_RETURN(const Shape ffn, w.checked_shape("blocks.0.ffn.net.0.proj.weight", 2));
@@ -67,8 +67,8 @@ Result<WanTransformerConfig> wan_transformer_config_from_weights(const WeightSet
   if (c.layers < 1) return invalid_argument("{}: no transformer blocks (blocks.0...)", w.label());
   c.heads = heads > 0 ? heads : c.dim / 128;
   if (c.heads < 1 || c.dim % c.heads != 0 || c.head_dim() % 2 != 0 || c.head_dim() < 6)
-    return invalid_argument("{}: width {} does not split into {} heads of an even size of 6 or more", w.label(),
-                            c.dim, c.heads);
+    return invalid_argument("{}: width {} does not split into {} heads of an even size of 6 or more", w.label(), c.dim,
+                            c.heads);
   if (c.freq_dim % 2 != 0) return invalid_argument("{}: an odd sinusoid width {}", w.label(), c.freq_dim);
   return c;
 }
@@ -76,8 +76,8 @@ Result<WanTransformerConfig> wan_transformer_config_from_weights(const WeightSet
 Status wan_check_shape(const WanTransformerConfig& c, const WanVideoShape& s) {
   if (s.batch < 1 || s.frames < 1 || s.height < 1 || s.width < 1 || s.frames % c.patch_t != 0 ||
       s.height % c.patch_h != 0 || s.width % c.patch_w != 0)
-    return invalid_argument("latents of {} frames x {} x {} are no whole {}x{}x{} patches", s.frames, s.height,
-                            s.width, c.patch_t, c.patch_h, c.patch_w);
+    return invalid_argument("latents of {} frames x {} x {} are no whole {}x{}x{} patches", s.frames, s.height, s.width,
+                            c.patch_t, c.patch_h, c.patch_w);
   // Sequence lengths past this would not fit any machine's memory anyway.
   if (s.frames * s.height * s.width > (int64_t(1) << 24)) return invalid_argument("the latents are too large");
   return ok_status();
@@ -200,10 +200,11 @@ Result<Graph> wan_transformer_graph(const WanTransformerConfig& config, const We
   KILN_RETURN_IF_ERROR(wan_check_shape(config, shape));
   GraphBuilder b("wan_transformer");
   NetBuilder n(b, weights);
-  Value* hidden = b.input("hidden_states", DType::kF32,
-                          {shape.batch, config.in_channels, shape.frames, shape.height, shape.width});
+  Value* hidden =
+      b.input("hidden_states", DType::kF32, {shape.batch, config.in_channels, shape.frames, shape.height, shape.width});
   Value* timestep = b.input("timestep", DType::kF32, {shape.batch});
-  Value* context = b.input("encoder_hidden_states", DType::kF32, {shape.batch, Dim::named("text_rows"), config.text_dim});
+  Value* context =
+      b.input("encoder_hidden_states", DType::kF32, {shape.batch, Dim::named("text_rows"), config.text_dim});
   b.output(build_wan_transformer(n, config, shape, first_frame_clean, hidden, timestep, context), "sample");
   return std::move(b).finish();
 }

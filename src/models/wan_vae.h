@@ -34,7 +34,7 @@ namespace kiln {
 struct WanVaeConfig {
   int64_t z_dim = 48, patch = 2;
   int64_t spatial_factor = 16, temporal_factor = 4;  // pixels and frames a latent cell covers
-  std::vector<float> latents_mean, latents_std;     // z_dim each
+  std::vector<float> latents_mean, latents_std;      // z_dim each
   bool has_encoder = true;
 };
 
@@ -62,7 +62,7 @@ struct WanVaeDecoder {
   std::vector<WanVaeCache> caches;  // in the order the convolutions run
   int64_t frames = 1;               // T: 1 for the first call, 4 after
 };
-Result<WanVaeDecoder> wan_vae_decoder_graph(const WanVaeConfig& config, const WeightSet& weights,
-                                            int64_t latent_height, int64_t latent_width, bool first_chunk);
+Result<WanVaeDecoder> wan_vae_decoder_graph(const WanVaeConfig& config, const WeightSet& weights, int64_t latent_height,
+                                            int64_t latent_width, bool first_chunk);
 
 }  // namespace kiln

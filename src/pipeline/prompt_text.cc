@@ -10,9 +10,7 @@ namespace kiln {
 
 namespace {
 
-void append_utf8(UChar32 c, std::string& out) {
-  icu::UnicodeString(c).toUTF8String(out);
-}
+void append_utf8(UChar32 c, std::string& out) { icu::UnicodeString(c).toUTF8String(out); }
 
 // The code point a numeric reference names, as Python maps it: U+FFFD for
 // 0, surrogates and anything past U+10FFFF.
@@ -39,7 +37,8 @@ std::string html_unescape(std::string_view s) {
       const bool hex = j + 1 < s.size() && (s[j + 1] == 'x' || s[j + 1] == 'X');
       size_t k = j + 1 + (hex ? 1 : 0), digits = 0;
       uint64_t value = 0;
-      while (k < s.size() && (hex ? std::isxdigit(static_cast<unsigned char>(s[k])) : std::isdigit(static_cast<unsigned char>(s[k])))) {
+      while (k < s.size() &&
+             (hex ? std::isxdigit(static_cast<unsigned char>(s[k])) : std::isdigit(static_cast<unsigned char>(s[k])))) {
         const char c = char(std::tolower(static_cast<unsigned char>(s[k])));
         value = std::min<uint64_t>(value * (hex ? 16 : 10) + uint64_t(c <= '9' ? c - '0' : c - 'a' + 10), 0x110000);
         ++k, ++digits;

@@ -35,8 +35,9 @@ bool valid_utf8_prefix(std::string_view s, size_t* length) {
   for (size_t i = 1; i < n; ++i)
     if ((b(i) & 0xC0) != 0x80) return false;
   const uint32_t c = n == 2 ? ((b(0) & 0x1Fu) << 6) | (b(1) & 0x3Fu)
-                   : n == 3 ? ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu)
-                            : ((b(0) & 0x07u) << 18) | ((b(1) & 0x3Fu) << 12) | ((b(2) & 0x3Fu) << 6) | (b(3) & 0x3Fu);
+                     : n == 3
+                         ? ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu)
+                         : ((b(0) & 0x07u) << 18) | ((b(1) & 0x3Fu) << 12) | ((b(2) & 0x3Fu) << 6) | (b(3) & 0x3Fu);
   const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
   return c >= least[n] && c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF);
 }
@@ -54,7 +55,8 @@ Result<std::unique_ptr<SentencePiece>> SentencePiece::load(const std::string& pa
   if (trainer.model_type() != spm::TrainerSpec::UNIGRAM)
     return invalid_argument("{}: a SentencePiece model of type {}; kiln reads unigram models (T5's)", path,
                             int(trainer.model_type()));
-  if (model.pieces_size() > kMaxPieces) return invalid_argument("{}: {} pieces is past the limit", path, model.pieces_size());
+  if (model.pieces_size() > kMaxPieces)
+    return invalid_argument("{}: {} pieces is past the limit", path, model.pieces_size());
 
   std::unique_ptr<SentencePiece> sp(new SentencePiece());
   sp->byte_fallback_ = trainer.byte_fallback();

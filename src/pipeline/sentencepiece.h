@@ -77,8 +77,8 @@ class SentencePiece {
   size_t longest_piece_ = 0;  // bytes
   float min_score_ = 0, max_score_ = 0;
   int32_t unk_id_ = 0, eos_id_ = -1;
-  bool byte_fallback_ = false, add_dummy_prefix_ = true, remove_extra_whitespaces_ = true,
-       escape_whitespaces_ = true, whitespace_as_suffix_ = false;
+  bool byte_fallback_ = false, add_dummy_prefix_ = true, remove_extra_whitespaces_ = true, escape_whitespaces_ = true,
+       whitespace_as_suffix_ = false;
   std::vector<uint32_t> trie_;  // the character map's double array
   std::string targets_;         // its NUL-terminated replacement strings
 };

@@ -7,9 +7,9 @@ namespace kiln {
 
 struct VideoDecoder::Call {
   WanVaeDecoder decoder;
-  std::unique_ptr<Plan> plan;           // graph mode, compiled at the first call
+  std::unique_ptr<Plan> plan;            // graph mode, compiled at the first call
   std::unique_ptr<EagerExecutor> eager;  // eager mode
-  size_t frames_output = 0;             // the index of "frames" among the graph's outputs
+  size_t frames_output = 0;              // the index of "frames" among the graph's outputs
 };
 
 namespace {

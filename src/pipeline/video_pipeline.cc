@@ -34,10 +34,10 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 // Runs `graph` once in `mode` (eager, or a plan) and returns a copy of output 0.
 Result<Tensor> run_once(Graph graph, const NamedTensors& inputs, const VideoPipelineOptions& o) {
-  auto runner = ModelRunner::create([]() -> Result<Graph> { return internal_error("a one-run graph is not reloaded"); },
-                                    {.mode = o.mode == ExecutionMode::kEager ? ExecutionMode::kEager : ExecutionMode::kGraph,
-                                     .passes = o.passes},
-                                    std::move(graph));
+  auto runner = ModelRunner::create(
+      []() -> Result<Graph> { return internal_error("a one-run graph is not reloaded"); },
+      {.mode = o.mode == ExecutionMode::kEager ? ExecutionMode::kEager : ExecutionMode::kGraph, .passes = o.passes},
+      std::move(graph));
   if (!runner.ok()) return runner.status();
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*runner)->run(inputs));
   return Tensor::copy_of(out[0].view());
@@ -48,7 +48,8 @@ Result<Tensor> pixels_to_frame(const RgbImage& image) {
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::kF32, {1, 3, 1, image.height, image.width}));
   const int64_t plane = int64_t(image.width) * image.height;
   for (int64_t p = 0; p < plane; ++p)
-    for (int64_t c = 0; c < 3; ++c) t.data<float>()[c * plane + p] = float(image.rgb[size_t(p * 3 + c)]) / 127.5f - 1.0f;
+    for (int64_t c = 0; c < 3; ++c)
+      t.data<float>()[c * plane + p] = float(image.rgb[size_t(p * 3 + c)]) / 127.5f - 1.0f;
   return t;
 }
 
@@ -61,8 +62,8 @@ Result<RgbImage> resize_to_cover(const RgbImage& image, int64_t width, int64_t h
   const double scale = std::max(double(width) / image.width, double(height) / image.height);
   const int sw = std::max<int>(int(width), int(std::lround(image.width * scale)));
   const int sh = std::max<int>(int(height), int(std::lround(image.height * scale)));
-  SwsContext* sws =
-      sws_getContext(image.width, image.height, AV_PIX_FMT_RGB24, sw, sh, AV_PIX_FMT_RGB24, SWS_LANCZOS, nullptr, nullptr, nullptr);
+  SwsContext* sws = sws_getContext(image.width, image.height, AV_PIX_FMT_RGB24, sw, sh, AV_PIX_FMT_RGB24, SWS_LANCZOS,
+                                   nullptr, nullptr, nullptr);
   if (!sws) return internal_error("libswscale cannot scale {}x{} to {}x{}", image.width, image.height, sw, sh);
   std::vector<uint8_t> scaled(size_t(sw) * size_t(sh) * 3);
   const uint8_t* src[1] = {image.rgb.data()};
@@ -97,7 +98,9 @@ std::string VideoPipeline::scheduler_name(const std::string& name) const {
   return name.empty() ? scheduler_kind_name(default_scheduler_kind(scheduler_)) : name;
 }
 
-std::string VideoPipeline::description() const { return fmt::format("Wan2.2 TI2V, {}", wan_layout_name(folder_.layout)); }
+std::string VideoPipeline::description() const {
+  return fmt::format("Wan2.2 TI2V, {}", wan_layout_name(folder_.layout));
+}
 
 Result<Tensor> VideoPipeline::encode_prompts(const VideoRequest& r, StageTimes& times) {
   auto start = std::chrono::steady_clock::now();
@@ -142,10 +145,10 @@ Status VideoPipeline::denoise_host_loop(const VideoRequest& r, const StepTables&
   const Shape& shape = x.shape();
   const WanVideoShape video{.batch = 2, .frames = shape[2], .height = shape[3], .width = shape[4]};
   const bool clean = first_latent != nullptr;
-  auto runner = ModelRunner::create(
-      [&]() { return wan_transformer_graph(dit.config, dit.weights, video, clean); },
-      {.mode = options_.mode == ExecutionMode::kEager ? ExecutionMode::kEager : ExecutionMode::kGraph,
-       .passes = options_.passes});
+  auto runner = ModelRunner::create([&]() { return wan_transformer_graph(dit.config, dit.weights, video, clean); },
+                                    {.mode = options_.mode == ExecutionMode::kEager ? ExecutionMode::kEager
+                                                                                    : ExecutionMode::kGraph,
+                                     .passes = options_.passes});
   if (!runner.ok()) return runner.status();
   const size_t n = size_t(x.numel());
   Shape batch_shape = shape;
@@ -160,19 +163,19 @@ Status VideoPipeline::denoise_host_loop(const VideoRequest& r, const StepTables&
     std::memcpy(model_in.data<float>(), xs, n * sizeof(float));
     std::memcpy(model_in.data<float>() + n, xs, n * sizeof(float));
     t.data<float>()[0] = t.data<float>()[1] = tables.timestep[size_t(i)];
-    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
-                          (*runner)->run({{"hidden_states", model_in}, {"timestep", t}, {"encoder_hidden_states", context}}));
+    KILN_ASSIGN_OR_RETURN(
+        std::vector<Tensor> out,
+        (*runner)->run({{"hidden_states", model_in}, {"timestep", t}, {"encoder_hidden_states", context}}));
     g.times.model += (*runner)->last_report().run_ms;
     g.times.compile += (*runner)->last_report().compile_ms;
     const float *uncond = out[0].data<float>(), *cond = uncond + n;
     for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + r.guidance_scale * (cond[j] - uncond[j]);
-    if (tables.unipc.empty())
-      scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), nullptr, xs, n);
-    else
-      unipc_step(tables, i, xs, guided.data(), corrected.data(), x0_prev.data(), x0_older.data(), xs, n);
+    if (tables.unipc.empty()) scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), nullptr, xs, n);
+    else unipc_step(tables, i, xs, guided.data(), corrected.data(), x0_prev.data(), x0_older.data(), xs, n);
     if (clean)  // frame 0 back to the image's latent
       for (int64_t c = 0; c < shape[1]; ++c)
-        std::memcpy(xs + size_t(c) * per_channel, first_latent->data<float>() + size_t(c) * frame0, frame0 * sizeof(float));
+        std::memcpy(xs + size_t(c) * per_channel, first_latent->data<float>() + size_t(c) * frame0,
+                    frame0 * sizeof(float));
     if (r.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (r.on_step) r.on_step(i, tables.steps());
   }
@@ -191,19 +194,25 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
     NetBuilder n(b, dit.weights);
     return build_wan_transformer(n, dit.config, video, clean, sample, timestep, ctx);
   };
-  const DenoiseLoopSpec spec{.latent = shape, .context_shape = context.shape(), .timestep_dtype = DType::kF32,
-                             .timestep_shape = {2}, .guidance_scale = r.guidance_scale, .fixed_first_frame = clean};
+  const DenoiseLoopSpec spec{.latent = shape,
+                             .context_shape = context.shape(),
+                             .timestep_dtype = DType::kF32,
+                             .timestep_shape = {2},
+                             .guidance_scale = r.guidance_scale,
+                             .fixed_first_frame = clean};
   KILN_ASSIGN_OR_RETURN(Graph loop, denoise_loop_graph(transformer, tables, spec));
   const std::vector<LoopState> state = denoise_loop_state(tables);
   std::set<std::string> carried;
   for (const LoopState& s : state) carried.insert(s.input);
-  KILN_ASSIGN_OR_RETURN(auto plan, Plan::compile(std::move(loop), {.passes = options_.passes, .loop_carried = carried}));
+  KILN_ASSIGN_OR_RETURN(auto plan,
+                        Plan::compile(std::move(loop), {.passes = options_.passes, .loop_carried = carried}));
   g.times.compile = ms_since(start);
   if (options_.log)
-    options_.log(fmt::format("compiled the whole {}-step denoise loop into one plan: {} kernel calls a step (+{} once "
-                             "per video), arena {:.1f} MiB ({:.0f} ms)",
-                             tables.steps(), plan->stats().steps - plan->stats().loop_invariant_steps,
-                             plan->stats().loop_invariant_steps, plan->stats().arena_bytes / 1048576.0, g.times.compile));
+    options_.log(
+        fmt::format("compiled the whole {}-step denoise loop into one plan: {} kernel calls a step (+{} once "
+                    "per video), arena {:.1f} MiB ({:.0f} ms)",
+                    tables.steps(), plan->stats().steps - plan->stats().loop_invariant_steps,
+                    plan->stats().loop_invariant_steps, plan->stats().arena_bytes / 1048576.0, g.times.compile));
   // The loop's state in place, zeros before step 0: each output bound over its input.
   std::map<std::string, Tensor> buffers;
   int64_t step = 0;
@@ -254,7 +263,8 @@ Status VideoPipeline::denoise(const VideoRequest& r, const StepTables& tables, c
 
 Result<VideoGeneration> VideoPipeline::generate(const VideoRequest& r, const VideoDecoder::FrameSink& sink) {
   if (r.frames < 1 || r.frames > kMaxFrames || (r.frames - 1) % 4 != 0)
-    return invalid_argument("--frames must be 4k+1 (1, 5, 9, ..., 17, ..., 121) up to {}, got {}", kMaxFrames, r.frames);
+    return invalid_argument("--frames must be 4k+1 (1, 5, 9, ..., 17, ..., 121) up to {}, got {}", kMaxFrames,
+                            r.frames);
   if (r.width < 32 || r.height < 32 || r.width > kMaxSide || r.height > kMaxSide || r.width % 32 || r.height % 32)
     return invalid_argument("the video size must be a multiple of 32 from 32 to {} on each side, got {}x{}", kMaxSide,
                             r.width, r.height);
@@ -279,10 +289,10 @@ Result<VideoGeneration> VideoPipeline::generate(const VideoRequest& r, const Vid
   KILN_ASSIGN_OR_RETURN(auto dit, wan_load_transformer(folder_));
   const int64_t z = dit->config.in_channels;
   if (dit->config.text_dim != context.shape()[2] || (first_latent && first_latent->shape()[1] != z))
-    return invalid_argument("{}: the transformer takes {} latent channels and {}-wide text; the text encoder gives {} "
-                            "and the VAE {}",
-                            folder_.path, z, dit->config.text_dim, context.shape()[2],
-                            first_latent ? first_latent->shape()[1] : z);
+    return invalid_argument(
+        "{}: the transformer takes {} latent channels and {}-wide text; the text encoder gives {} "
+        "and the VAE {}",
+        folder_.path, z, dit->config.text_dim, context.shape()[2], first_latent ? first_latent->shape()[1] : z);
   // The latents: kiln's noise for the seed; frame 0 the image's latent, image to video.
   const int64_t latent_frames = (r.frames - 1) / 4 + 1, h = r.height / 16, w = r.width / 16;
   KILN_RETURN_IF_ERROR(wan_check_shape(dit->config, {.batch = 2, .frames = latent_frames, .height = h, .width = w}));

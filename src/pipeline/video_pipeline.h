@@ -4,7 +4,8 @@
 //   KILN_ASSIGN_OR_RETURN(auto pipe, VideoPipeline::load("Wan2.2-TI2V-5B-Diffusers", {.whole_loop = true}));
 //   KILN_ASSIGN_OR_RETURN(VideoGeneration g, pipe->generate({.prompt = "a cat", .frames = 17, .width = 256,
 //                                                            .height = 256, .seed = 1},
-//                                                           [&](const TensorView& frames) { return writer.add(frames); }));
+//                                                           [&](const TensorView& frames) { return writer.add(frames);
+//                                                           }));
 //
 // As Wan's pipelines do it (shared/reference/wan22-ti2v-5b.md, section 4):
 //   1. the prompt and the negative prompt cleaned, tokenized (T5's
@@ -51,14 +52,14 @@ struct VideoRequest {
   uint64_t seed = 0;
   int steps = 50;
   float guidance_scale = 5.0f;
-  int64_t frames = 121;  // 4 k + 1
+  int64_t frames = 121;                // 4 k + 1
   int64_t width = 1280, height = 704;  // multiples of 32
-  std::string scheduler;  // empty: the folder's (UniPC); or "flow_euler"
+  std::string scheduler;               // empty: the folder's (UniPC); or "flow_euler"
   // Image to video: the first frame (resized to cover width x height, centre-cropped).
   const RgbImage* first_frame = nullptr;
-  bool keep_trajectory = false;  // keep the latents after every step
-  std::function<void(int, int)> on_step;                  // (step index, steps)
-  std::function<void(int64_t, int64_t)> on_decoded;       // (latent frames decoded, of how many)
+  bool keep_trajectory = false;                      // keep the latents after every step
+  std::function<void(int, int)> on_step;             // (step index, steps)
+  std::function<void(int64_t, int64_t)> on_decoded;  // (latent frames decoded, of how many)
 };
 
 struct VideoGeneration {

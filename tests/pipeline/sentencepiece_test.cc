@@ -42,8 +42,9 @@ TEST(SentencePiece, RandomTextsMatchTheLibrary) {
   std::ifstream in(dir / "cases.json");
   const nlohmann::json cases = nlohmann::json::parse(in);
   const auto& texts = cases["texts"];
-  for (const auto& [name, model] : {std::pair{"wan", kTiny / "diffusers" / "tokenizer" / "spiece.model"},
-                                    std::pair{"bytes", dir / "bytes.model"}, std::pair{"identity", dir / "identity.model"}}) {
+  for (const auto& [name, model] :
+       {std::pair{"wan", kTiny / "diffusers" / "tokenizer" / "spiece.model"}, std::pair{"bytes", dir / "bytes.model"},
+        std::pair{"identity", dir / "identity.model"}}) {
     auto sp = SentencePiece::load(model.string());
     ASSERT_TRUE(sp.ok()) << sp.status().message();
     const auto& ids = cases["ids"][name];

@@ -57,9 +57,14 @@ TEST_P(WanVideo, MatchesPyTorch) {
     ASSERT_TRUE(png.ok()) << png.status().message();
     image = std::move(*png);
   }
-  const VideoRequest request{.prompt = spec["prompt"], .negative_prompt = spec["negative_prompt"],
-                             .seed = spec["seed"], .steps = spec["steps"], .guidance_scale = spec["guidance_scale"],
-                             .frames = spec["frames"], .width = spec["width"], .height = spec["height"],
+  const VideoRequest request{.prompt = spec["prompt"],
+                             .negative_prompt = spec["negative_prompt"],
+                             .seed = spec["seed"],
+                             .steps = spec["steps"],
+                             .guidance_scale = spec["guidance_scale"],
+                             .frames = spec["frames"],
+                             .width = spec["width"],
+                             .height = spec["height"],
                              .first_frame = image ? &*image : nullptr};
   const Tensor expected_video = *npy_read((dir / "video.npy").string());
   Tensor video = *Tensor::empty(DType::kF32, expected_video.shape());
@@ -99,13 +104,15 @@ TEST(WanVideoRequests, BadSizesAndFramesAreRefused) {
   auto pipe = VideoPipeline::load((kTiny / "diffusers").string(), {});
   ASSERT_TRUE(pipe.ok()) << pipe.status().message();
   for (const auto& [frames, width, height, what] :
-       {std::tuple{int64_t(8), int64_t(96), int64_t(64), "4k+1"}, std::tuple{int64_t(9), int64_t(100), int64_t(64), "multiple of 32"},
+       {std::tuple{int64_t(8), int64_t(96), int64_t(64), "4k+1"},
+        std::tuple{int64_t(9), int64_t(100), int64_t(64), "multiple of 32"},
         std::tuple{int64_t(9), int64_t(96), int64_t(0), "multiple of 32"}}) {
     auto g = (*pipe)->generate({.prompt = "a cat", .steps = 1, .frames = frames, .width = width, .height = height}, {});
     ASSERT_FALSE(g.ok());
     EXPECT_NE(g.status().message().find(what), std::string::npos) << g.status().message();
   }
-  auto g = (*pipe)->generate({.prompt = "a cat", .steps = 1, .frames = 5, .width = 64, .height = 64, .scheduler = "ddim"}, {});
+  auto g = (*pipe)->generate(
+      {.prompt = "a cat", .steps = 1, .frames = 5, .width = 64, .height = 64, .scheduler = "ddim"}, {});
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("flow model"), std::string::npos) << g.status().message();
 }
