@@ -1,5 +1,6 @@
 // The tolerance the model tests hold kiln's networks to against PyTorch's
-// outputs (tools/make_tiny_checkpoints.py, make_tiny_wan.py).
+// outputs (tools/make_tiny_checkpoints.py, make_tiny_wan.py), and the check
+// of a network run both ways.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "runtime/eager_executor.h"
+#include "runtime/plan.h"
 
 namespace kiln::testing {
 
@@ -23,6 +26,26 @@ inline void expect_close(const std::string& what, const TensorView& got, const T
     max_err = std::max(max_err, std::isnan(g) ? INFINITY : std::abs(e - g));
   }
   EXPECT_LE(max_err, tolerance * max_ref) << what << ": max |err| " << max_err << ", max |ref| " << max_ref;
+}
+
+// `graph` run eagerly and as a plan on `inputs`: output 0 each time close to `expected`.
+inline void expect_both_ways_close(const std::string& what, Graph graph, const NamedTensors& inputs,
+                                   const Tensor& expected) {
+  {
+    EagerExecutor exec(graph);
+    auto out = exec.run(inputs);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    expect_close(what + " eager", (*out)[0].view(), expected);
+  }
+  std::vector<std::pair<std::string, Shape>> signature;
+  for (const auto& [name, t] : inputs) signature.emplace_back(name, t.shape());
+  auto dims = input_dims(graph, signature);
+  ASSERT_TRUE(dims.ok()) << dims.status().message();
+  auto plan = Plan::compile(std::move(graph), {.dims = *dims});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const auto& [name, t] : inputs) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
+  ASSERT_TRUE((*plan)->run().ok());
+  expect_close(what + " graph", (*plan)->output(0), expected);
 }
 
 }  // namespace kiln::testing

@@ -44,37 +44,21 @@ std::shared_ptr<SdModel> open(const CheckpointCase& c) {
   return m.ok() ? *m : nullptr;
 }
 
-using testing::expect_close;
-
 // Runs `graph` eagerly and as a plan on reference/<family>/<network>'s
 // inputs and compares with its outputs.
 void expect_matches_pytorch(const CheckpointCase& c, const std::string& network, Result<Graph> built) {
   ASSERT_TRUE(built.ok()) << built.status().message();
   const fs::path dir = kCheckpoints / "reference" / c.family / network;
   NamedTensors inputs;
-  std::vector<std::pair<std::string, Shape>> signature;
   for (const Value* v : built->inputs()) {
     auto t = npy_read((dir / "inputs" / (v->name + ".npy")).string());
     ASSERT_TRUE(t.ok()) << t.status().message();
-    signature.emplace_back(v->name, t->shape());
     inputs.emplace_back(v->name, std::move(*t));
   }
   const std::string output = built->outputs()[0]->name;
   auto expected = npy_read((dir / "outputs" / (output + ".npy")).string());
   ASSERT_TRUE(expected.ok()) << expected.status().message();
-  {
-    EagerExecutor exec(*built);
-    auto out = exec.run(inputs);
-    ASSERT_TRUE(out.ok()) << out.status().message();
-    expect_close(fmt::format("{} {} eager", c.name, network), (*out)[0].view(), *expected);
-  }
-  auto dims = input_dims(*built, signature);
-  ASSERT_TRUE(dims.ok()) << dims.status().message();
-  auto plan = Plan::compile(std::move(*built), {.dims = *dims});
-  ASSERT_TRUE(plan.ok()) << plan.status().message();
-  for (const auto& [name, t] : inputs) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
-  ASSERT_TRUE((*plan)->run().ok());
-  expect_close(fmt::format("{} {} graph", c.name, network), (*plan)->output(0), *expected);
+  testing::expect_both_ways_close(fmt::format("{} {}", c.name, network), std::move(*built), inputs, *expected);
 }
 
 class SdCheckpoint : public ::testing::TestWithParam<CheckpointCase> {};

@@ -41,22 +41,7 @@ void expect_matches_pytorch(const std::string& what, const std::string& referenc
   const fs::path dir = kReference / reference;
   NamedTensors inputs;
   for (const Value* v : built->inputs()) inputs.emplace_back(v->name, read_npy(dir / "inputs" / (v->name + ".npy")));
-  const Tensor expected = read_npy(dir / "outputs" / (output + ".npy"));
-  {
-    EagerExecutor exec(*built);
-    auto out = exec.run(inputs);
-    ASSERT_TRUE(out.ok()) << out.status().message();
-    expect_close(what + " eager", (*out)[0].view(), expected);
-  }
-  std::vector<std::pair<std::string, Shape>> signature;
-  for (const auto& [name, t] : inputs) signature.emplace_back(name, t.shape());
-  auto dims = input_dims(*built, signature);
-  ASSERT_TRUE(dims.ok()) << dims.status().message();
-  auto plan = Plan::compile(std::move(*built), {.dims = *dims});
-  ASSERT_TRUE(plan.ok()) << plan.status().message();
-  for (const auto& [name, t] : inputs) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
-  ASSERT_TRUE((*plan)->run().ok());
-  expect_close(what + " graph", (*plan)->output(0), expected);
+  testing::expect_both_ways_close(what, std::move(*built), inputs, read_npy(dir / "outputs" / (output + ".npy")));
 }
 
 struct Layout {

@@ -93,17 +93,21 @@ class Progress {
   std::chrono::steady_clock::time_point start_, second_;
 };
 
+// --mode: graph-loop is graph mode with the whole loop as one plan.
+Status parse_generate_mode(const std::string& name, ExecutionMode& mode, bool& whole_loop) {
+  whole_loop = name == "graph-loop";
+  if (whole_loop) return ok_status();
+  auto parsed = parse_execution_mode(name);
+  if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", name);
+  mode = *parsed;
+  return ok_status();
+}
+
 Result<GeneratorOptions> generator_options(const GenerateFlags& f) {
   GeneratorOptions options{.model = f.model};
   PipelineOptions& p = options.pipeline;
   KILN_ASSIGN_OR_RETURN(p.passes, pass_options(f.pass_flags));
-  if (f.mode == "graph-loop") {
-    p.whole_loop = true;
-  } else {
-    auto parsed = parse_execution_mode(f.mode);
-    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", f.mode);
-    p.mode = *parsed;
-  }
+  KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, p.mode, p.whole_loop));
   p.variant = f.variant;
   p.tokenizer_dir = f.tokenizer;
   if (!f.prediction.empty()) {
@@ -157,14 +161,7 @@ Status generate_video(const GenerateFlags& f) {
     KILN_CHECK_ARG(size % 32 == 0 && size <= 4096, "{} must be a multiple of 32 up to 4096, got {}", flag, size);
   VideoPipelineOptions options;
   KILN_ASSIGN_OR_RETURN(options.passes, pass_options(f.pass_flags));
-  if (f.mode == "graph-loop") {
-    options.whole_loop = true;
-  } else {
-    auto parsed = parse_execution_mode(f.mode);
-    if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", f.mode);
-    options.mode = *parsed;
-    options.whole_loop = false;
-  }
+  KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, options.mode, options.whole_loop));
   options.variant = f.variant;
   if (!f.quiet) options.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
 
