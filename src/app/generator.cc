@@ -72,7 +72,8 @@ std::vector<std::vector<std::string>> Generator::unknown_words(const std::vector
   return words;
 }
 
-Result<GenerationResult> Generator::generate(const GenerationRequest& r, const GenerationProgress& progress) {
+Result<GenerationResult> Generator::generate(const GenerationRequest& r, const GenerationProgress& progress,
+                                             const CancelCheck& cancelled) {
   const auto start = std::chrono::steady_clock::now();
   if (r.prompts.empty()) return invalid_argument("a prompt is required");
   if (r.steps < 1) return invalid_argument("the steps must be at least 1, got {}", r.steps);
@@ -86,7 +87,8 @@ Result<GenerationResult> Generator::generate(const GenerationRequest& r, const G
         .strength = r.strength, .vae_tiling = r.vae_tiling,
         .on_step = [&](int i, int steps) {
           if (progress) progress(k, i, steps);
-        }};
+        },
+        .cancelled = cancelled};
     KILN_ASSIGN_OR_RETURN(Generation g, pipeline_->generate(o));
     const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
     for (int i = 0; i < r.batch; ++i) {

@@ -67,7 +67,9 @@ class Generator {
  public:
   static Result<std::unique_ptr<Generator>> open(const GeneratorOptions& options);
 
-  Result<GenerationResult> generate(const GenerationRequest& request, const GenerationProgress& progress = {});
+  // `cancelled`, asked after each denoise step, stops the request there (kCancelled).
+  Result<GenerationResult> generate(const GenerationRequest& request, const GenerationProgress& progress = {},
+                                    const CancelCheck& cancelled = {});
   // For a model trained on a closed vocabulary (its vocabulary.json): each
   // prompt's words it never saw, which it would quietly ignore; empty otherwise.
   std::vector<std::vector<std::string>> unknown_words(const std::vector<std::string>& prompts) const;

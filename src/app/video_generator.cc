@@ -65,7 +65,8 @@ Result<VideoResult> VideoGenerator::generate(const VideoGenerationRequest& r, co
                  .scheduler = r.scheduler,
                  .first_frame = r.first_frame ? &*r.first_frame : nullptr,
                  .on_step = progress.step,
-                 .on_decoded = progress.decoded};
+                 .on_decoded = progress.decoded,
+                 .cancelled = progress.cancelled};
   // Checked here too, so a bad request fails before the writer makes a file.
   if (v.width % 32 || v.height % 32 || v.width < 32 || v.height < 32)
     return invalid_argument("the video size must be a multiple of 32 on each side, got {}x{}", v.width, v.height);

@@ -49,6 +49,7 @@ struct VideoResult {
 struct VideoProgress {
   std::function<void(int, int)> step;             // (step index, steps)
   std::function<void(int64_t, int64_t)> decoded;  // (latent frames decoded, of how many)
+  CancelCheck cancelled;                          // asked after each denoise step
 };
 
 class VideoGenerator {

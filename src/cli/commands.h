@@ -19,5 +19,6 @@ Handler add_bench_command(CLI::App& app);
 Handler add_profile_command(CLI::App& app);
 Handler add_compile_command(CLI::App& app);
 Handler add_generate_command(CLI::App& app);
+Handler add_serve_command(CLI::App& app);
 
 }  // namespace kiln::cli

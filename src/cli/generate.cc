@@ -93,16 +93,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_, second_;
 };
 
-// --mode: graph-loop is graph mode with the whole loop as one plan.
-Status parse_generate_mode(const std::string& name, ExecutionMode& mode, bool& whole_loop) {
-  whole_loop = name == "graph-loop";
-  if (whole_loop) return ok_status();
-  auto parsed = parse_execution_mode(name);
-  if (!parsed.ok()) return invalid_argument("unknown mode '{}' (modes: eager, graph, graph-loop, auto)", name);
-  mode = *parsed;
-  return ok_status();
-}
-
 Result<GeneratorOptions> generator_options(const GenerateFlags& f) {
   GeneratorOptions options{.model = f.model};
   PipelineOptions& p = options.pipeline;

@@ -16,11 +16,12 @@ int main(int argc, char** argv) {
   kiln::cli::Handler profile = kiln::cli::add_profile_command(app);
   kiln::cli::Handler compile = kiln::cli::add_compile_command(app);
   kiln::cli::Handler generate = kiln::cli::add_generate_command(app);
+  kiln::cli::Handler serve = kiln::cli::add_serve_command(app);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, profile, compile, generate; see kiln --help)\n", argv[1]);
+    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, profile, compile, generate, serve; see kiln --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   else if (app.got_subcommand("profile")) status = profile();
   else if (app.got_subcommand("compile")) status = compile();
   else if (app.got_subcommand("generate")) status = generate();
+  else if (app.got_subcommand("serve")) status = serve();
   if (status.ok()) return 0;
   std::fprintf(stderr, "kiln: error: %s\n", status.message().c_str());
   return status.code() == kiln::StatusCode::kInternal ? 1 : 2;

@@ -9,6 +9,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kNotFound: return "not found";
     case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

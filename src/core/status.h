@@ -26,6 +26,7 @@ enum class StatusCode {
   kUnsupported,      // valid input that kiln does not implement (op, dtype, mode)
   kNotFound,         // missing file or name
   kResourceExhausted,  // a size past what the machine or the input justifies
+  kCancelled,        // stopped on request (a server's cancel, between denoise steps)
   kInternal,         // a kiln bug
 };
 

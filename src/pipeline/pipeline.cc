@@ -25,6 +25,10 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+Status cancelled_after(int done, int steps) {
+  return Status(StatusCode::kCancelled, fmt::format("cancelled after step {} of {}", done, steps));
+}
+
 Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& path, const PipelineOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(PipelineParts parts, sd_pipeline_parts(path, options));
@@ -66,6 +70,7 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
     scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
     if (o.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (o.on_step) o.on_step(i, tables.steps());
+    if (o.cancelled && o.cancelled()) return cancelled_after(i + 1, tables.steps());
   }
   return ok_status();
 }
@@ -114,6 +119,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   Status status = plan->run_repeated(steps, [&](int64_t done) {
     if (o.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (o.on_step) o.on_step(int(done - 1), tables.steps());
+    return o.cancelled && o.cancelled() ? cancelled_after(int(done), tables.steps()) : ok_status();
   });
   g.times.model = ms_since(start);
   return status;

@@ -74,6 +74,12 @@ struct PipelineParts {
 
 // Called after each denoise step: (step index, steps).
 using StepCallback = std::function<void(int, int)>;
+// Asked after each denoise step: true stops the generation there with a
+// kCancelled status (a server's cancel).
+using CancelCheck = std::function<bool()>;
+
+// The kCancelled status a generation stops with after `done` of `steps` steps.
+Status cancelled_after(int done, int steps);
 
 struct GenerateOptions {
   std::string prompt, negative_prompt;
@@ -94,6 +100,7 @@ struct GenerateOptions {
   std::optional<bool> vae_tiling;
   bool keep_trajectory = false;  // keep the latents after every step
   StepCallback on_step;
+  CancelCheck cancelled;
 };
 
 // Wall time of each stage, ms. The denoise loop is also split into the time

@@ -18,6 +18,7 @@ namespace kiln {
 using PngText = std::vector<std::pair<std::string, std::string>>;
 
 // rgb: height rows of width x 3 bytes.
+Result<std::vector<uint8_t>> encode_png(const uint8_t* rgb, int width, int height, const PngText& text);
 Status write_png(const std::string& path, const uint8_t* rgb, int width, int height, const PngText& text);
 
 struct RgbImage {
@@ -29,5 +30,7 @@ struct RgbImage {
 // RGB. Errors name the file; an image wider or taller than max_side is
 // refused before its pixels are read.
 Result<RgbImage> read_png(const std::string& path, int max_side);
+// The same from bytes in memory (an upload); `name` is what errors call it.
+Result<RgbImage> decode_png(const uint8_t* data, size_t size, const std::string& name, int max_side);
 
 }  // namespace kiln

@@ -178,6 +178,7 @@ Status VideoPipeline::denoise_host_loop(const VideoRequest& r, const StepTables&
                     frame0 * sizeof(float));
     if (r.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (r.on_step) r.on_step(i, tables.steps());
+    if (r.cancelled && r.cancelled()) return cancelled_after(i + 1, tables.steps());
   }
   return ok_status();
 }
@@ -232,9 +233,10 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
   if (tables.unipc.empty()) KILN_RETURN_IF_ERROR(plan->bind_input("seed", TensorView{DType::kI64, {}, &seed}));
   KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", context.view()));
   if (clean) KILN_RETURN_IF_ERROR(plan->bind_input("first_frame", first_latent->view()));
-  const std::function<void(int64_t)> after_step = [&](int64_t done) {
+  const std::function<Status(int64_t)> after_step = [&](int64_t done) {
     if (r.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (r.on_step) r.on_step(int(done - 1), tables.steps());
+    return r.cancelled && r.cancelled() ? cancelled_after(int(done), tables.steps()) : ok_status();
   };
   const HeapAllocationCount heap = heap_allocation_count();
   const int64_t heap_before = heap ? heap() : 0;

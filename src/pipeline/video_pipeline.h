@@ -60,6 +60,7 @@ struct VideoRequest {
   bool keep_trajectory = false;                      // keep the latents after every step
   std::function<void(int, int)> on_step;             // (step index, steps)
   std::function<void(int64_t, int64_t)> on_decoded;  // (latent frames decoded, of how many)
+  CancelCheck cancelled;                             // asked after each step (pipeline.h)
 };
 
 struct VideoGeneration {

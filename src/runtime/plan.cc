@@ -555,10 +555,10 @@ Status Plan::run_steps(bool skip_invariant, RunProfile* profile) {
   return ok_status();
 }
 
-Status Plan::run_repeated(int64_t times, const std::function<void(int64_t)>& after_each) {
+Status Plan::run_repeated(int64_t times, const std::function<Status(int64_t)>& after_each) {
   for (int64_t i = 0; i < times; ++i) {
     KILN_RETURN_IF_ERROR(run_steps(/*skip_invariant=*/i > 0, nullptr));
-    if (after_each) after_each(i + 1);
+    if (after_each) KILN_RETURN_IF_ERROR(after_each(i + 1));
   }
   return ok_status();
 }

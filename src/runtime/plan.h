@@ -114,8 +114,9 @@ class Plan {
   // state is bound in place (outputs over the inputs they update, as a
   // compiled denoise loop binds its latents and step counter). Loop-invariant
   // steps (PlanOptions::loop_carried) run in the first iteration only.
-  // `after_each` (optional) hears the iteration count after each pass, for progress.
-  Status run_repeated(int64_t times, const std::function<void(int64_t)>& after_each = {});
+  // `after_each` (optional) hears the iteration count after each pass, for
+  // progress; an error from it (a cancel) ends the loop there and is returned.
+  Status run_repeated(int64_t times, const std::function<Status(int64_t)>& after_each = {});
 
   // Gives the arena's memory back to the system while the plan sits idle
   // (between the stages of a pipeline): the next run maps it afresh. The

@@ -101,7 +101,10 @@ TEST(DenoiseStep, RunsInPlaceAcrossRepeatedPlanRuns) {
   ASSERT_TRUE((*plan)->bind_output("x0", pv).ok());
   ASSERT_TRUE((*plan)->bind_output("step_next", sv).ok());
   std::vector<int64_t> seen;
-  ASSERT_TRUE((*plan)->run_repeated(3, [&](int64_t done) { seen.push_back(done); }).ok());
+  ASSERT_TRUE((*plan)->run_repeated(3, [&](int64_t done) {
+    seen.push_back(done);
+    return ok_status();
+  }).ok());
   EXPECT_EQ(counter, 3);
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 2, 3}));
   // Step s: x <- (0.5 + s) x, so x = 1 * 0.5 * 1.5 * 2.5 = 1.875 x_start;
