@@ -4,6 +4,7 @@
 
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <optional>
 
 #include "serve/base64.h"
@@ -45,13 +46,21 @@ class FieldReader {
   int64_t integer(const char* key, int64_t fallback, int64_t min, int64_t max) {
     if (!ok() || !has(key)) return fallback;
     const json& v = at(key);
-    // 20.0 from a JavaScript client is 20; 20.5 is not an integer.
-    const bool integral = v.is_number_integer() || (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())));
-    if (!integral) return fail(key, fmt::format("must be an integer from {} to {}", min, max)), fallback;
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
-      return fail(key, fmt::format("must be an integer from {} to {}", min, max)), fallback;
-    const int64_t n = v.is_number_float() ? int64_t(v.get<double>()) : v.get<int64_t>();
-    if (n < min || n > max) return fail(key, fmt::format("must be from {} to {}, got {}", min, max, n)), fallback;
+    const std::string range = fmt::format("must be an integer from {} to {}", min, max);
+    int64_t n = 0;
+    if (v.is_number_float()) {  // 20.0 from a JavaScript client is 20; 20.5 is not an integer
+      const double d = v.get<double>();
+      if (!(d >= double(min) && d <= double(max)) || d != std::floor(d)) return fail(key, range), fallback;
+      n = int64_t(d);
+    } else if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > uint64_t(max)) return fail(key, range + fmt::format(", got {}", v.get<uint64_t>())), fallback;
+      n = int64_t(v.get<uint64_t>());
+    } else if (v.is_number_integer()) {
+      n = v.get<int64_t>();
+    } else {
+      return fail(key, range), fallback;
+    }
+    if (n < min || n > max) return fail(key, range + fmt::format(", got {}", n)), fallback;
     return n;
   }
 

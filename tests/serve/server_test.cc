@@ -1,0 +1,371 @@
+// A real `kiln serve` on a loopback port with kiln's default model, driven
+// over HTTP: the OpenAI and A1111 endpoints' PNGs against `kiln generate`'s
+// pixels, the job API's events in order, cancel within a step, a full queue,
+// malformed requests, the API key, and SIGTERM's drain.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "pipeline/png.h"
+#include "serve/base64.h"
+
+namespace kiln::serve {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// `kiln serve --port 0 ARGS...` as a child process: its port read from the
+// line it prints, killed at the end if still running.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> args) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      std::vector<std::string> argv = {KILN_BINARY, "serve", "--port", "0", "--quiet"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> c;
+      for (auto& a : argv) c.push_back(a.data());
+      c.push_back(nullptr);
+      execv(c[0], c.data());
+      _exit(127);
+    }
+    close(out[1]);
+    // The first line: "kiln: serving on http://127.0.0.1:PORT/ ...", within 60 s.
+    std::string line;
+    pollfd p{out[0], POLLIN, 0};
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline &&
+           poll(&p, 1, 1000) >= 0) {
+      char buffer[256];
+      const ssize_t n = (p.revents & (POLLIN | POLLHUP)) ? read(out[0], buffer, sizeof buffer) : 0;
+      if (n < 0 || ((p.revents & POLLHUP) && n == 0)) break;
+      line.append(buffer, size_t(n));
+    }
+    close(out[0]);
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex(R"(127\.0\.0\.1:(\d+)/)"))) port_ = std::stoi(m[1]);
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // Sends `signal` and waits (up to `timeout`) for the exit status; -1 when it did not exit.
+  int stop(int signal, std::chrono::seconds timeout) {
+    kill(pid_, signal);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int status = 0; std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(20ms))
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+RgbImage png_pixels(const std::string& bytes) {
+  auto image = decode_png(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "response", 4096);
+  EXPECT_TRUE(image.ok()) << image.status().message();
+  return image.ok() ? *image : RgbImage{};
+}
+
+RgbImage b64_pixels(const json& text) {
+  auto bytes = base64_decode(text.get<std::string>(), size_t(1) << 26);
+  EXPECT_TRUE(bytes.ok());
+  return png_pixels(std::string(bytes->begin(), bytes->end()));
+}
+
+// `kiln generate` with the same settings: what the server's pixels must equal.
+RgbImage generate_pixels(const std::string& args) {
+  const fs::path out = fs::temp_directory_path() / fmt::format("kiln-serve-test-{}.png", getpid());
+  const std::string command = fmt::format("{} generate -q {} -o {}", KILN_BINARY, args, out.string());
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  auto image = read_png(out.string(), 4096);
+  fs::remove(out);
+  EXPECT_TRUE(image.ok());
+  return image.ok() ? *image : RgbImage{};
+}
+
+void expect_same_pixels(const RgbImage& a, const RgbImage& b) {
+  EXPECT_EQ(a.width, b.width);
+  EXPECT_EQ(a.height, b.height);
+  EXPECT_TRUE(a.rgb == b.rgb) << "the pixels differ";
+  EXPECT_FALSE(a.rgb.empty());
+}
+
+json post_json(httplib::Client& c, const std::string& path, const json& body, int expected_status) {
+  auto res = c.Post(path.c_str(), body.dump(), "application/json");
+  EXPECT_TRUE(res) << path;
+  if (!res) return json();
+  EXPECT_EQ(res->status, expected_status) << path << " " << res->body.substr(0, 300);
+  return json::parse(res->body, nullptr, false);
+}
+
+// The job's server-sent events, as (type, data), read to the end of the stream.
+std::vector<std::pair<std::string, json>> read_events(httplib::Client& c, const std::string& id,
+                                                      const std::function<void(const std::string&, const json&)>& seen = {}) {
+  std::vector<std::pair<std::string, json>> events;
+  std::string buffer;
+  auto res = c.Get(("/v1/jobs/" + id + "/events").c_str(), [&](const char* data, size_t size) {
+    buffer.append(data, size);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos; buffer.erase(0, end + 2)) {
+      const std::string block = buffer.substr(0, end);
+      std::smatch m;
+      if (!std::regex_search(block, m, std::regex("event: (\\w+)\ndata: (.*)"))) continue;
+      events.emplace_back(m[1], json::parse(m[2].str()));
+      if (seen) seen(events.back().first, events.back().second);
+    }
+    return true;
+  });
+  EXPECT_TRUE(res);
+  if (res) EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  return events;
+}
+
+class Serve : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServeProcess({"--queue", "4"}); }
+  static void TearDownTestSuite() { delete server_; }
+  static ServeProcess* server_;
+};
+ServeProcess* Serve::server_ = nullptr;
+
+TEST_F(Serve, OpenAiImagesEqualKilnGenerate) {
+  ASSERT_GT(server_->port(), 0);
+  httplib::Client c = server_->client();
+  const json r = post_json(c, "/v1/images/generations",
+                           {{"prompt", "a red circle on a blue background"}, {"n", 2}, {"seed", 11}, {"steps", 6},
+                            {"model", "shapes"}, {"response_format", "b64_json"}},
+                           200);
+  ASSERT_EQ(r["data"].size(), 2u);
+  const RgbImage expected = generate_pixels("--prompt 'a red circle on a blue background' --batch 2 --seed 11 --steps 6 --grid 2");
+  // The grid puts the two side by side, two grey columns between them.
+  const RgbImage first = b64_pixels(r["data"][0]["b64_json"]), second = b64_pixels(r["data"][1]["b64_json"]);
+  ASSERT_EQ(expected.width, 2 * first.width + 2);
+  for (int y = 0; y < first.height; ++y) {
+    const uint8_t* row = expected.rgb.data() + size_t(y) * expected.width * 3;
+    ASSERT_TRUE(std::equal(row, row + first.width * 3, first.rgb.data() + size_t(y) * first.width * 3)) << y;
+    ASSERT_TRUE(std::equal(row + (first.width + 2) * 3, row + expected.width * 3, second.rgb.data() + size_t(y) * first.width * 3)) << y;
+  }
+  EXPECT_EQ(r["data"][0]["seed"], 11);
+  // url: the same PNG as a data: URL.
+  const json u = post_json(c, "/v1/images/generations", {{"prompt", "a red circle on a blue background"}, {"seed", 11},
+                                                         {"steps", 6}, {"response_format", "url"}}, 200);
+  const std::string url = u["data"][0]["url"];
+  ASSERT_TRUE(url.starts_with("data:image/png;base64,"));
+  expect_same_pixels(b64_pixels(url), first);
+  const json models = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["id"], "shapes");
+}
+
+TEST_F(Serve, A1111EqualsKilnGenerate) {
+  httplib::Client c = server_->client();
+  const json r = post_json(c, "/sdapi/v1/txt2img",
+                           {{"prompt", "two green squares"}, {"negative_prompt", ""}, {"steps", 5}, {"cfg_scale", 7.5},
+                            {"width", 64}, {"height", 64}, {"seed", 3}, {"sampler_name", "DDIM"}, {"batch_size", 1},
+                            {"n_iter", 1}, {"enable_hr", false}, {"save_images", false}, {"alwayson_scripts", json::object()}},
+                           200);
+  ASSERT_EQ(r["images"].size(), 1u);
+  expect_same_pixels(b64_pixels(r["images"][0]),
+                     generate_pixels("--prompt 'two green squares' --steps 5 --seed 3 --scheduler ddim --width 64 --height 64"));
+  EXPECT_EQ(json::parse(r["info"].get<std::string>())["seed"], 3);
+  EXPECT_EQ(r["parameters"]["sampler_name"], "DDIM");
+  // img2img from that picture, as kiln generate --init-image does it.
+  const json i = post_json(c, "/sdapi/v1/img2img",
+                           {{"prompt", "a red circle"}, {"steps", 10}, {"seed", 5}, {"denoising_strength", 0.5}, {"cfg_scale", 7.5},
+                            {"init_images", {r["images"][0]}}},
+                           200);
+  const fs::path init = fs::temp_directory_path() / fmt::format("kiln-serve-init-{}.png", getpid());
+  const RgbImage first = b64_pixels(r["images"][0]);
+  ASSERT_TRUE(write_png(init.string(), first.rgb.data(), first.width, first.height, {}).ok());
+  expect_same_pixels(b64_pixels(i["images"][0]),
+                     generate_pixels(fmt::format("--prompt 'a red circle' --steps 10 --seed 5 --strength 0.5 --scheduler euler --init-image {}", init.string())));
+  fs::remove(init);
+
+  const json options = json::parse(c.Get("/sdapi/v1/options")->body);
+  EXPECT_EQ(options["sd_model_checkpoint"], "shapes");
+  post_json(c, "/sdapi/v1/options", {{"sd_model_checkpoint", "shapes"}, {"CLIP_stop_at_last_layers", 1}}, 200);
+  post_json(c, "/sdapi/v1/options", {{"sd_model_checkpoint", "no-such-model"}}, 400);
+  EXPECT_EQ(json::parse(c.Get("/sdapi/v1/sd-models")->body)[0]["title"], "shapes");
+  EXPECT_EQ(json::parse(c.Get("/sdapi/v1/samplers")->body)[0]["name"], "Euler");
+  EXPECT_TRUE(json::parse(c.Get("/sdapi/v1/schedulers")->body).is_array());
+  EXPECT_TRUE(json::parse(c.Get("/sdapi/v1/upscalers")->body).is_array());
+  const json progress = json::parse(c.Get("/sdapi/v1/progress")->body);
+  EXPECT_EQ(progress["state"]["job_count"], 0);
+  EXPECT_EQ(c.Post("/sdapi/v1/interrupt", "", "application/json")->status, 200);
+}
+
+TEST_F(Serve, JobStreamsEveryEventInOrder) {
+  httplib::Client c = server_->client();
+  const json job = post_json(c, "/v1/jobs", {{"prompt", "a small yellow triangle at the top left"}, {"steps", 7}, {"seed", 21}}, 202);
+  ASSERT_EQ(job["status"], "queued");
+  const std::string id = job["id"];
+  const auto events = read_events(c, id);
+  std::vector<std::string> types;
+  for (const auto& [type, data] : events) types.push_back(type);
+  std::vector<std::string> expected = {"queued", "started"};
+  for (int i = 1; i <= 7; ++i) expected.push_back("step");
+  expected.insert(expected.end(), {"decoding", "done"});
+  ASSERT_EQ(types, expected);
+  for (int i = 1; i <= 7; ++i) {
+    EXPECT_EQ(events[size_t(i) + 1].second["step"], i);
+    EXPECT_EQ(events[size_t(i) + 1].second["steps"], 7);
+  }
+  const json status = json::parse(c.Get(("/v1/jobs/" + id).c_str())->body);
+  EXPECT_EQ(status["status"], "done");
+  auto content = c.Get(("/v1/jobs/" + id + "/content").c_str());
+  ASSERT_EQ(content->status, 200);
+  EXPECT_EQ(content->get_header_value("Content-Type"), "image/png");
+  expect_same_pixels(png_pixels(content->body),
+                     generate_pixels("--prompt 'a small yellow triangle at the top left' --steps 7 --seed 21"));
+  EXPECT_EQ(c.Get(("/v1/jobs/" + id + "/content?index=1").c_str())->status, 400);
+  EXPECT_EQ(c.Delete(("/v1/jobs/" + id).c_str())->status, 409);  // already done
+  EXPECT_EQ(c.Get("/v1/jobs/job-0000000000000000")->status, 404);
+}
+
+TEST_F(Serve, CancelStopsAJobWithinOneStep) {
+  httplib::Client c = server_->client(), canceller = server_->client();
+  const json job = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202);
+  const std::string id = job["id"];
+  int step_at_cancel = -1;
+  const auto events = read_events(c, id, [&](const std::string& type, const json& data) {
+    if (type == "step" && data["step"] == 3) {
+      auto res = canceller.Delete(("/v1/jobs/" + id).c_str());
+      ASSERT_EQ(res->status, 200);
+      step_at_cancel = json::parse(res->body)["step"];
+    }
+  });
+  ASSERT_GE(step_at_cancel, 3);
+  ASSERT_EQ(events.back().first, "cancelled");
+  int last_step = 0;
+  for (const auto& [type, data] : events)
+    if (type == "step") last_step = data["step"];
+  EXPECT_LE(last_step, step_at_cancel + 1);
+  EXPECT_EQ(json::parse(c.Get(("/v1/jobs/" + id).c_str())->body)["status"], "cancelled");
+  EXPECT_EQ(c.Get(("/v1/jobs/" + id + "/content").c_str())->status, 409);
+}
+
+TEST_F(Serve, MalformedRequestsGet400AndTheServerKeepsServing) {
+  httplib::Client c = server_->client();
+  const std::pair<std::string, std::string> cases[] = {
+      {"/v1/images/generations", "{\"prompt\": "},
+      {"/v1/images/generations", "[1, 2, 3]"},
+      {"/v1/images/generations", "{\"prompt\": 42}"},
+      {"/v1/images/generations", "{\"prompt\": \"x\", \"n\": \"two\"}"},
+      {"/v1/images/generations", "{\"prompt\": \"x\", \"size\": \"100000x100000\"}"},
+      {"/v1/images/generations", "{\"prompt\": \"x\", \"steps\": -5}"},
+      {"/v1/images/generations", "{\"prompt\": \"x\", \"model\": \"nope\"}"},
+      {"/v1/images/generations", "{\"prompt\": \"x\", \"scheduler\": \"nope\"}"},
+      {"/sdapi/v1/txt2img", "{\"prompt\": \"x\", \"width\": 1e9}"},
+      {"/sdapi/v1/img2img", "{\"prompt\": \"x\", \"init_images\": [\"%%%not base64\"]}"},
+      {"/v1/jobs", "{\"prompt\": \"x\", \"image\": \"aGVsbG8=\"}"},
+      {"/v1/jobs", std::string(40u << 20, ' ')},  // over the 32 MiB body limit
+  };
+  for (const auto& [path, body] : cases) {
+    auto res = c.Post(path.c_str(), body, "application/json");
+    ASSERT_TRUE(res) << path << " " << body.substr(0, 80);
+    EXPECT_EQ(res->status, 400) << path << " " << body.substr(0, 80) << " -> " << res->body;
+    const json error = json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(error.contains("error") && error["error"]["message"].is_string()) << res->body;
+  }
+  EXPECT_EQ(c.Get("/no/such/endpoint")->status, 404);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 2}}, 200);
+}
+
+TEST_F(Serve, TheWebPageIsServed) {
+  httplib::Client c = server_->client();
+  auto res = c.Get("/");
+  ASSERT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find("/v1/jobs"), std::string::npos);
+  auto metrics = c.Get("/metrics");
+  EXPECT_NE(metrics->body.find("kiln_queue_length{model=\"shapes\"}"), std::string::npos);
+}
+
+TEST(ServeAlone, AFullQueueAnswers429) {
+  ServeProcess server({"--queue", "1"});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  const std::string running = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
+  while (json::parse(c.Get(("/v1/jobs/" + running).c_str())->body)["status"] != "running") std::this_thread::sleep_for(5ms);
+  const std::string waiting = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
+  auto full = c.Post("/v1/jobs", json{{"prompt", "a red circle"}}.dump(), "application/json");
+  ASSERT_EQ(full->status, 429);
+  EXPECT_FALSE(full->get_header_value("Retry-After").empty());
+  EXPECT_EQ(c.Post("/v1/images/generations", json{{"prompt", "x"}}.dump(), "application/json")->status, 429);
+  EXPECT_EQ(json::parse(c.Get(("/v1/jobs/" + waiting).c_str())->body)["queue_position"], 1);
+  EXPECT_EQ(c.Delete(("/v1/jobs/" + waiting).c_str())->status, 200);
+  EXPECT_EQ(c.Delete(("/v1/jobs/" + running).c_str())->status, 200);
+}
+
+TEST(ServeAlone, TheApiKeyIsRequired) {
+  ServeProcess server({"--api-key", "s3cret"});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(c.Post("/v1/jobs", json{{"prompt", "x"}}.dump(), "application/json")->status, 401);
+  EXPECT_EQ(c.Get("/")->status, 200);  // the page itself: it asks for the key
+  c.set_bearer_token_auth("s3cret");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+}
+
+TEST(ServeAlone, SigtermDrainsAndExits0) {
+  ServeProcess server({"--grace", "60"});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client(), late = server.client();
+  const std::string id = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 120}}, 202)["id"];
+  while (json::parse(c.Get(("/v1/jobs/" + id).c_str())->body)["status"] != "running") std::this_thread::sleep_for(5ms);
+  std::vector<std::pair<std::string, json>> events;
+  std::thread reader([&] { events = read_events(c, id); });
+  std::this_thread::sleep_for(50ms);  // the stream is open before the signal
+  int late_status = 0;
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(20ms);
+    auto res = late.Post("/v1/jobs", json{{"prompt", "x"}}.dump(), "application/json");
+    late_status = res ? res->status : -1;
+  });
+  const int exit_code = server.stop(SIGTERM, 120s);
+  signaller.join();
+  reader.join();
+  EXPECT_EQ(exit_code, 0);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().first, "done");  // the running job finished within the grace period
+  EXPECT_EQ(late_status, 503);  // new work while draining
+}
+
+TEST(ServeAlone, AnotherAddressNeedsAnApiKey) {
+  const std::string command = fmt::format("{} serve --host 0.0.0.0 --port 0 2>/dev/null", KILN_BINARY);
+  EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
+}
+
+}  // namespace
+}  // namespace kiln::serve
