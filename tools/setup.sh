@@ -11,6 +11,8 @@ packages=(
   libxml2-dev  # HTML character references in Wan's prompt cleaning
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # MP4 video out, image scaling
   ffmpeg  # the tests decode kiln's MP4s with ffprobe and ffmpeg
+  libcpp-httplib-dev  # kiln serve (with libssl-dev: base64)
+  chromium  # the test of kiln serve's web page, in headless Chromium
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev  # the fuzzers: clang's OpenMP
 )
