@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "pipeline/png.h"
@@ -288,6 +289,37 @@ TEST(ServeAlone, SigtermDrainsAndExits0) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().first, "done");  // the running job finished within the grace period
   EXPECT_EQ(late_status, 503);  // new work while draining
+}
+
+TEST(ServeAlone, VideoJobsGiveKilnGeneratesMp4) {
+  const std::string wan = KILN_SOURCE_DIR "/tests/models/wan-tiny/diffusers";
+  ServeProcess server({"--model", wan});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  const json models = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["kind"], "video");
+  post_json(c, "/v1/images/generations", {{"prompt", "x"}}, 400);  // a video model makes no images
+  const std::string prompt = "A red fox runs through fresh snow in a quiet forest at dawn.";
+  const json job = post_json(c, "/v1/jobs", {{"prompt", prompt}, {"seed", 42}, {"steps", 4}, {"frames", 9}, {"width", 96},
+                                             {"height", 64}}, 202);
+  const std::string id = job["id"];
+  std::vector<std::string> types;
+  for (const auto& [type, data] : read_events(c, id)) types.push_back(type);
+  EXPECT_EQ(types, (std::vector<std::string>{"queued", "started", "step", "step", "step", "step", "decoding", "decoding",
+                                             "decoding", "done"}));
+  auto content = c.Get(("/v1/jobs/" + id + "/content").c_str());
+  ASSERT_EQ(content->status, 200);
+  EXPECT_EQ(content->get_header_value("Content-Type"), "video/mp4");
+  // kiln generate's file for the same request: the same bytes (its MP4s are deterministic).
+  const fs::path out = fs::temp_directory_path() / fmt::format("kiln-serve-test-{}.mp4", getpid());
+  const std::string command = fmt::format("{} generate -q -m {} -p '{}' --seed 42 --steps 4 --frames 9 --width 96 "
+                                          "--height 64 -o {}", KILN_BINARY, wan, prompt, out.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream file(out, std::ios::binary);
+  const std::string expected((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  EXPECT_GT(expected.size(), 1000u);
+  EXPECT_TRUE(content->body == expected) << content->body.size() << " bytes against " << expected.size();
 }
 
 TEST(ServeAlone, AnotherAddressNeedsAnApiKey) {
