@@ -1,0 +1,159 @@
+// kiln serve under load, against sequential `kiln generate` runs, on the
+// same model and settings, in one run:
+//
+//   build/bench/kiln_bench_serve [--model PATH] [--requests 200] [--clients 4] [--steps 20]
+//                                [--sequential 20] [--rss-requests 1000] [-- SERVE_FLAGS...]
+//
+// 1. `kiln generate` run --sequential times, one image each (a process per
+//    image, as a script without a server does): images/s.
+// 2. `kiln serve` with SERVE_FLAGS, --clients threads sending --requests
+//    POST /v1/images/generations in all (n=1, distinct seeds): images/s and
+//    the p50/p99 latency of a request.
+// 3. The server's resident memory after its first request and after
+//    --rss-requests requests: what grows beyond its plan and model caches.
+// Loopback only; every count is fixed, so the run is bounded.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve_process.h"
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double rss_mib(pid_t pid) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
+}
+
+struct Load {
+  int requests = 200, clients = 4, steps = 20, sequential = 20, rss_requests = 1000;
+  std::string model;
+  std::vector<std::string> serve_flags;
+};
+
+std::string model_name_of_path(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p.substr(p.find_last_of('/') + 1);
+}
+
+json request_body(const Load& l, int seed) {
+  json body = {{"prompt", "a red circle on a blue background"}, {"seed", seed}, {"steps", l.steps}};
+  if (!l.model.empty()) body["model"] = model_name_of_path(l.model);
+  return body;
+}
+
+// `requests` requests from `clients` threads; the latency of each, and the wall time of all.
+std::pair<std::vector<double>, double> drive(const kiln::serve::ServeProcess& server, const Load& l, int requests,
+                                             int clients, int first_seed) {
+  std::vector<double> latency(size_t(requests), 0);
+  std::atomic<int> next{0}, failed{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&] {
+      httplib::Client client = server.client();
+      for (int i; (i = next++) < requests;) {
+        const auto sent = Clock::now();
+        auto res = client.Post("/v1/images/generations", request_body(l, first_seed + i).dump(), "application/json");
+        latency[size_t(i)] = seconds_since(sent);
+        if (!res || res->status != 200) ++failed;
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double wall = seconds_since(start);
+  if (failed) fmt::print(stderr, "kiln_bench_serve: {} of {} requests failed\n", failed.load(), requests);
+  return {latency, wall};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Load l;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--requests") l.requests = std::stoi(value());
+    else if (a == "--clients") l.clients = std::stoi(value());
+    else if (a == "--steps") l.steps = std::stoi(value());
+    else if (a == "--sequential") l.sequential = std::stoi(value());
+    else if (a == "--rss-requests") l.rss_requests = std::stoi(value());
+    else if (a == "--model") l.model = value();
+    else if (a == "--") l.serve_flags.assign(argv + i + 1, argv + argc), i = argc;
+    else {
+      fmt::print(stderr, "kiln_bench_serve: unknown flag '{}' (see the comment at the top of bench/serve_load.cc)\n", a);
+      return 2;
+    }
+  }
+  if (l.requests < 1 || l.clients < 1 || l.steps < 1 || l.sequential < 0 || l.rss_requests < 0) {
+    fmt::print(stderr, "kiln_bench_serve: the counts must be positive\n");
+    return 2;
+  }
+  const std::string model_flag = l.model.empty() ? "" : " -m " + l.model;
+
+  // 1. A process per image.
+  double sequential_rate = 0;
+  if (l.sequential > 0) {
+    const auto start = Clock::now();
+    for (int i = 0; i < l.sequential; ++i) {
+      const std::string command = fmt::format("{} generate -q{} -p 'a red circle on a blue background' --seed {} "
+                                              "--steps {} -o /tmp/kiln-bench-serve.png",
+                                              KILN_BINARY, model_flag, i, l.steps);
+      if (std::system(command.c_str()) != 0) {
+        fmt::print(stderr, "kiln_bench_serve: failed: {}\n", command);
+        return 1;
+      }
+    }
+    sequential_rate = l.sequential / seconds_since(start);
+    fmt::print("sequential kiln generate: {} images, {:.2f} images/s ({:.3f} s each)\n", l.sequential,
+               sequential_rate, 1 / sequential_rate);
+  }
+
+  // 2. The server under load.
+  std::vector<std::string> flags = l.serve_flags;
+  if (!l.model.empty()) flags.insert(flags.begin(), {"--model", l.model});
+  flags.insert(flags.end(), {"--queue", std::to_string(std::max(16, 2 * l.clients))});
+  kiln::serve::ServeProcess server(flags);
+  if (server.port() <= 0) {
+    fmt::print(stderr, "kiln_bench_serve: kiln serve did not start\n");
+    return 1;
+  }
+  drive(server, l, 1, 1, 1000000);  // compiles the plan
+  const double rss_first = rss_mib(server.pid());
+  const auto [one_latency, one_wall] = drive(server, l, std::min(l.requests, 20), 1, 0);
+  fmt::print("kiln serve, 1 client:    {} requests, {:.2f} images/s, p50 {:.3f} s\n", std::min(l.requests, 20),
+             std::min(l.requests, 20) / one_wall, percentile(one_latency, 0.5));
+  const auto [latency, wall] = drive(server, l, l.requests, l.clients, 0);
+  const double rate = l.requests / wall;
+  fmt::print("kiln serve, {} clients:   {} requests, {:.2f} images/s, p50 {:.3f} s, p99 {:.3f} s\n", l.clients,
+             l.requests, rate, percentile(latency, 0.5), percentile(latency, 0.99));
+  if (sequential_rate > 0) fmt::print("  throughput against sequential kiln generate: {:.2f}x\n", rate / sequential_rate);
+
+  // 3. Memory after many requests.
+  const int done = 1 + std::min(l.requests, 20) + l.requests;
+  if (l.rss_requests > done) drive(server, l, l.rss_requests - done, l.clients, 100000);
+  fmt::print("server RSS: {:.1f} MiB after its first request, {:.1f} MiB after {}\n", rss_first, rss_mib(server.pid()),
+             std::max(l.rss_requests, done));
+  return 0;
+}
