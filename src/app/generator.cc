@@ -45,6 +45,16 @@ PngText png_text(const GenerationRequest& r, const std::string& prompt, uint64_t
 
 }  // namespace
 
+GeneratedImage Generator::take_image(const GenerationRequest& r, const std::string& prompt, uint64_t seed,
+                                     const Generation& g, size_t index) const {
+  const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
+  GeneratedImage image{.width = g.width, .height = g.height, .seed = seed, .prompt = prompt};
+  image.rgb.assign(g.pixels.begin() + std::ptrdiff_t(index * image_bytes),
+                   g.pixels.begin() + std::ptrdiff_t((index + 1) * image_bytes));
+  image.text = png_text(r, prompt, seed, g, model_name_);
+  return image;
+}
+
 std::string model_name_of(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
@@ -90,18 +100,56 @@ Result<GenerationResult> Generator::generate(const GenerationRequest& r, const G
         },
         .cancelled = cancelled};
     KILN_ASSIGN_OR_RETURN(Generation g, pipeline_->generate(o));
-    const size_t image_bytes = size_t(g.width) * size_t(g.height) * 3;
-    for (int i = 0; i < r.batch; ++i) {
-      GeneratedImage image{.width = g.width, .height = g.height, .seed = result.seed + k, .prompt = r.prompts[k]};
-      image.rgb.assign(g.pixels.begin() + std::ptrdiff_t(size_t(i) * image_bytes),
-                       g.pixels.begin() + std::ptrdiff_t(size_t(i + 1) * image_bytes));
-      image.text = png_text(r, r.prompts[k], result.seed + k, g, model_name_);
-      result.images.push_back(std::move(image));
-    }
+    for (int i = 0; i < r.batch; ++i) result.images.push_back(take_image(r, r.prompts[k], result.seed + k, g, size_t(i)));
     result.generations.push_back(std::move(g));
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+bool Generator::batchable(const GenerationRequest& r) const {
+  if (r.prompts.size() != 1 || r.init_image) return false;
+  auto noisy = pipeline_->draws_step_noise(r.scheduler);
+  return noisy.ok() && !*noisy;
+}
+
+std::string Generator::batch_key(const GenerationRequest& r) {
+  return fmt::format("{}x{} steps={} scheduler={} guidance={} tiling={}", r.width, r.height, r.steps, r.scheduler,
+                     r.guidance_scale, r.vae_tiling ? int(*r.vae_tiling) : -1);
+}
+
+Result<std::vector<GenerationResult>> Generator::generate_together(const std::vector<GenerationRequest>& requests,
+                                                                   const GenerationProgress& progress,
+                                                                   const CancelCheck& cancelled) {
+  if (requests.empty()) return std::vector<GenerationResult>{};
+  const auto start = std::chrono::steady_clock::now();
+  const GenerationRequest& first = requests[0];
+  std::vector<uint64_t> seeds;
+  for (const GenerationRequest& r : requests) {
+    if (!batchable(r) || batch_key(r) != batch_key(first))
+      return invalid_argument("requests of different shapes, several prompts or image to image cannot run together");
+    seeds.push_back(r.seed ? *r.seed : std::random_device{}());
+  }
+  GenerateOptions o{.prompt = first.prompts[0], .negative_prompt = first.negative_prompt, .steps = first.steps,
+                    .guidance_scale = first.guidance_scale, .seed = seeds[0], .width = first.width,
+                    .height = first.height, .batch = first.batch, .scheduler = first.scheduler,
+                    .vae_tiling = first.vae_tiling,
+                    .on_step = [&](int i, int steps) {
+                      if (progress) progress(0, i, steps);
+                    },
+                    .cancelled = cancelled};
+  for (size_t k = 1; k < requests.size(); ++k)
+    o.batch_with.push_back({requests[k].prompts[0], requests[k].negative_prompt, seeds[k], requests[k].batch});
+  KILN_ASSIGN_OR_RETURN(Generation g, pipeline_->generate(o));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<GenerationResult> results;
+  size_t image = 0;
+  for (size_t k = 0; k < requests.size(); ++k) {
+    GenerationResult& result = results.emplace_back(GenerationResult{.seed = seeds[k], .seconds = seconds});
+    for (int i = 0; i < requests[k].batch; ++i, ++image)
+      result.images.push_back(take_image(requests[k], requests[k].prompts[0], seeds[k], g, image));
+  }
+  return results;
 }
 
 GeneratedImage image_grid(const std::vector<GeneratedImage>& images, int columns, const std::vector<std::string>& prompts) {

@@ -70,6 +70,19 @@ class Generator {
   // `cancelled`, asked after each denoise step, stops the request there (kCancelled).
   Result<GenerationResult> generate(const GenerationRequest& request, const GenerationProgress& progress = {},
                                     const CancelCheck& cancelled = {});
+  // Requests of one shape as one run (a server's batch): one result each,
+  // its images as it would have them alone, up to rounding: a batch may
+  // differ from a lone run in the last bit of a few pixels. Every request
+  // must be batchable() and share batch_key().
+  Result<std::vector<GenerationResult>> generate_together(const std::vector<GenerationRequest>& requests,
+                                                          const GenerationProgress& progress = {},
+                                                          const CancelCheck& cancelled = {});
+  // Whether a request may join such a run: one prompt, no init image, and a
+  // scheduler that draws no noise after the first step.
+  bool batchable(const GenerationRequest& request) const;
+  // What requests must share to run together: size, steps, scheduler, guidance, tiling.
+  static std::string batch_key(const GenerationRequest& request);
+
   // For a model trained on a closed vocabulary (its vocabulary.json): each
   // prompt's words it never saw, which it would quietly ignore; empty otherwise.
   std::vector<std::vector<std::string>> unknown_words(const std::vector<std::string>& prompts) const;
@@ -80,6 +93,9 @@ class Generator {
 
  private:
   Generator() = default;
+  // Image `index` of a generation, with the PNG text of the request that asked for it.
+  GeneratedImage take_image(const GenerationRequest& r, const std::string& prompt, uint64_t seed, const Generation& g,
+                            size_t index) const;
   std::string model_path_, model_name_;
   std::unique_ptr<Pipeline> pipeline_;
   std::optional<PromptVocabulary> vocabulary_;

@@ -12,12 +12,23 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Result<Tensor> Conditioner::encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2]) {
+  const Prompts one{prompt, negative, batch};
+  return encode(std::span(&one, 1), ms);
+}
+
+Result<Tensor> Conditioner::encode(std::span<const Prompts> members, double ms[2]) {
   auto start = std::chrono::steady_clock::now();
-  const std::vector<int32_t> negative_ids = tokenizer_.tokenize(negative), prompt_ids = tokenizer_.tokenize(prompt);
-  const int64_t length = tokenizer_.max_length();
+  // The rows in order: [negative x count for each member, prompt x count for each member].
+  std::vector<std::vector<int32_t>> rows;
+  for (const bool negatives : {true, false})
+    for (const Prompts& m : members) {
+      const std::vector<int32_t> tokens = tokenizer_.tokenize(negatives ? m.negative : m.prompt);
+      rows.insert(rows.end(), size_t(m.count), tokens);
+    }
+  const int64_t length = tokenizer_.max_length(), batch = int64_t(rows.size()) / 2;
   KILN_ASSIGN_OR_RETURN(Tensor ids, Tensor::empty(ids_dtype_, {2 * batch, length}));
-  for (int64_t row = 0; row < 2 * batch; ++row) {  // [negative x batch, prompt x batch]
-    const std::vector<int32_t>& src = row < batch ? negative_ids : prompt_ids;
+  for (int64_t row = 0; row < 2 * batch; ++row) {
+    const std::vector<int32_t>& src = rows[size_t(row)];
     for (int64_t j = 0; j < length; ++j) {
       if (ids_dtype_ == DType::kI64) ids.data<int64_t>()[row * length + j] = src[size_t(j)];
       else ids.data<int32_t>()[row * length + j] = src[size_t(j)];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,14 @@ class Conditioner {
   // the prompt's in the rest (a copy: the runner's output is overwritten by
   // its next run). *ms: tokenize and encode times, milliseconds.
   Result<Tensor> encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2]);
+
+  // Several prompts in one run (a server's batch of requests): every
+  // negative prompt's rows first, `count` each in order, then every prompt's.
+  struct Prompts {
+    std::string_view prompt, negative;
+    int64_t count = 1;
+  };
+  Result<Tensor> encode(std::span<const Prompts> members, double ms[2]);
 
   const ClipTokenizer& tokenizer() const { return tokenizer_; }
 

@@ -166,6 +166,28 @@ Result<bool> Pipeline::choose_whole_loop(const DenoiseRun& run, const Tensor& x)
   return whole_loop;
 }
 
+Result<Pipeline::SchedulerChoice> Pipeline::choose_scheduler(const std::string& name) const {
+  SchedulerChoice c{.config = parts_.scheduler};
+  if (name.empty()) {
+    c.kind = default_scheduler_kind(c.config, &c.substituted);
+    // The substitute visits the timesteps the config's own class would.
+    if (c.substituted && !c.config.timestep_spacing)
+      c.config.timestep_spacing = default_timestep_spacing(c.config.class_name);
+    return c;
+  }
+  std::string_view kind_name = name;
+  c.config.use_karras_sigmas = kind_name.ends_with("_karras");
+  if (c.config.use_karras_sigmas) kind_name.remove_suffix(std::string_view("_karras").size());
+  KILN_ASSIGN_OR_RETURN(c.kind, parse_scheduler_kind(kind_name));
+  return c;
+}
+
+Result<bool> Pipeline::draws_step_noise(const std::string& scheduler) const {
+  KILN_ASSIGN_OR_RETURN(const SchedulerChoice choice, choose_scheduler(scheduler));
+  KILN_ASSIGN_OR_RETURN(const StepTables tables, make_step_tables(choice.kind, choice.config, 1, 0));
+  return tables.needs_noise;
+}
+
 Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   const int64_t factor = parts_.codec->spec().factor;
   Generation g;
@@ -186,28 +208,18 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
       g.width % factor || g.height % factor)
     return invalid_argument("the image size must be a multiple of {} from {} to {} on each side, got {}x{}", factor,
                             factor, kMaxImageSide, g.width, g.height);
-  if (o.batch < 1 || o.batch > kMaxBatch) return invalid_argument("the batch must be 1 to {}, got {}", kMaxBatch, o.batch);
+  int64_t batch = o.batch;
+  for (const GenerateOptions::Member& m : o.batch_with) batch += m.batch;
+  if (o.batch < 1 || batch > kMaxBatch) return invalid_argument("the batch must be 1 to {}, got {}", kMaxBatch, batch);
   if (!std::isfinite(o.guidance_scale)) return invalid_argument("the guidance scale must be a finite number");
 
-  // The scheduler: the one asked for ("dpmpp_2m_karras" = dpmpp_2m with
-  // Karras sigmas), else the one the pipeline's config names.
-  SchedulerConfig config = parts_.scheduler;
-  SchedulerKind kind;
-  if (o.scheduler.empty()) {
-    bool substituted = false;
-    kind = default_scheduler_kind(config, &substituted);
-    // The substitute visits the timesteps the config's own class would.
-    if (substituted && !config.timestep_spacing) config.timestep_spacing = default_timestep_spacing(config.class_name);
-    if (substituted && options_.log)
-      options_.log(fmt::format("the model's scheduler config names {}, which kiln does not implement: using {} "
-                               "over its timesteps (--scheduler to choose)",
-                               config.class_name, scheduler_kind_name(kind)));
-  } else {
-    std::string_view name = o.scheduler;
-    config.use_karras_sigmas = name.ends_with("_karras");
-    if (config.use_karras_sigmas) name.remove_suffix(std::string_view("_karras").size());
-    KILN_ASSIGN_OR_RETURN(kind, parse_scheduler_kind(name));
-  }
+  KILN_ASSIGN_OR_RETURN(const SchedulerChoice choice, choose_scheduler(o.scheduler));
+  const SchedulerKind kind = choice.kind;
+  const SchedulerConfig& config = choice.config;
+  if (choice.substituted && options_.log)
+    options_.log(fmt::format("the model's scheduler config names {}, which kiln does not implement: using {} "
+                             "over its timesteps (--scheduler to choose)",
+                             config.class_name, scheduler_kind_name(kind)));
   const bool karras = config.use_karras_sigmas && (kind == SchedulerKind::kEuler || kind == SchedulerKind::kDpmpp2m);
   g.scheduler = std::string(scheduler_kind_name(kind)) + (karras ? "_karras" : "");
   const int first_step = o.init_image ? image_to_image_first_step(o.steps, o.strength) : 0;
@@ -216,15 +228,19 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
                             o.strength, o.steps);
   KILN_ASSIGN_OR_RETURN(StepTables tables, make_step_tables(kind, config, o.steps, first_step));
 
+  if (!o.batch_with.empty() && (o.init_image || tables.needs_noise))
+    return invalid_argument("{} cannot run in a batch of several seeds", o.init_image ? "image to image" : g.scheduler);
+  std::vector<Conditioner::Prompts> prompts = {{o.prompt, o.negative_prompt, o.batch}};
+  for (const GenerateOptions::Member& m : o.batch_with) prompts.push_back({m.prompt, m.negative_prompt, m.batch});
   double prompt_ms[2] = {0, 0};
-  KILN_ASSIGN_OR_RETURN(Tensor context, parts_.conditioner->encode(o.prompt, o.negative_prompt, o.batch, prompt_ms));
+  KILN_ASSIGN_OR_RETURN(Tensor context, parts_.conditioner->encode(prompts, prompt_ms));
   g.times.tokenize = prompt_ms[0];
   g.times.text_encoder = prompt_ms[1];
 
   // The initial latents from the seed's noise stream: standard noise times
   // init_noise_sigma; for image to image, the image's latents (drawn with
   // the first draws) noised with the next ones to the first step's level.
-  const Shape shape{o.batch, parts_.denoiser->spec().latent_channels, g.height / factor, g.width / factor};
+  const Shape shape{batch, parts_.denoiser->spec().latent_channels, g.height / factor, g.width / factor};
   KILN_ASSIGN_OR_RETURN(Tensor x, Tensor::empty(DType::kF32, shape));
   NoiseStream noise(o.seed);
   Tensor x0;
@@ -235,7 +251,14 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
     x0 = std::move(*encoded);
     g.times.vae_encode = ms_since(start);
   }
-  noise.fill(x.data<float>(), size_t(x.numel()));
+  // Each member's images from its own seed's stream, as it would draw them alone.
+  const size_t per_image = size_t(x.numel() / batch);
+  noise.fill(x.data<float>(), per_image * size_t(o.batch));
+  float* member_x = x.data<float>() + per_image * size_t(o.batch);
+  for (const GenerateOptions::Member& m : o.batch_with) {
+    NoiseStream(m.seed).fill(member_x, per_image * size_t(m.batch));
+    member_x += per_image * size_t(m.batch);
+  }
   for (int64_t j = 0; j < x.numel(); ++j) {
     float& v = x.data<float>()[j];
     v = o.init_image ? tables.image_scale * x0.data<float>()[j] + tables.image_noise_scale * v

@@ -101,6 +101,17 @@ struct GenerateOptions {
   bool keep_trajectory = false;  // keep the latents after every step
   StepCallback on_step;
   CancelCheck cancelled;
+  // More prompts in the same run (a server batching requests of one shape):
+  // each its own prompt, negative prompt and seed, `batch` images each, after
+  // this one's. Their images follow this one's in the Generation. Not with
+  // image to image or a scheduler that draws noise every step (euler_a):
+  // those have one noise stream for the whole batch (draws_step_noise).
+  struct Member {
+    std::string prompt, negative_prompt;
+    uint64_t seed = 0;
+    int batch = 1;
+  };
+  std::vector<Member> batch_with;
 };
 
 // Wall time of each stage, ms. The denoise loop is also split into the time
@@ -142,6 +153,9 @@ class Pipeline {
   // The default image size: the UNet's sample_size times the VAE factor.
   int default_size() const { return int(parts_.sample_size * parts_.codec->spec().factor); }
   int vae_factor() const { return int(parts_.codec->spec().factor); }
+  // Whether `scheduler` (empty: the model's) draws fresh noise every step,
+  // which keeps a run to one seed (GenerateOptions::batch_with).
+  Result<bool> draws_step_noise(const std::string& scheduler) const;
   // Milliseconds load() took: reading the files, building or importing the graphs.
   double load_ms() const { return load_ms_; }
 
@@ -156,6 +170,15 @@ class Pipeline {
     uint64_t noise_first_pair;   // where step 0's noise starts in the seed's stream
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };
+  // The scheduler `name` asks for ("dpmpp_2m_karras": dpmpp_2m with Karras
+  // sigmas; empty: the one the config names, or its substitute) and the
+  // config it runs with. `substituted`: set when kiln lacks the config's own.
+  struct SchedulerChoice {
+    SchedulerKind kind;
+    SchedulerConfig config;
+    bool substituted = false;
+  };
+  Result<SchedulerChoice> choose_scheduler(const std::string& name) const;
   // The first `steps` steps of the loop over x, in place.
   Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);

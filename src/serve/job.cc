@@ -58,6 +58,7 @@ void Job::start() {
 
 void Job::step(int index, int steps) {
   std::lock_guard lock(mutex_);
+  if (job_state_final(state_.state)) return;  // cancelled inside a batch that runs on
   const auto now = std::chrono::steady_clock::now();
   // The first step's interval holds the text encoder and compiling: not a step's time.
   if (state_.step > 0) step_seconds_sum_ += seconds_between(last_step_, now), ++steps_timed_;
@@ -70,12 +71,14 @@ void Job::step(int index, int steps) {
 
 void Job::decoding(int64_t done, int64_t total) {
   std::lock_guard lock(mutex_);
+  if (job_state_final(state_.state)) return;
   state_.stage = "decoding";
   publish("decoding", {{"done", done}, {"total", total}});
 }
 
 void Job::finish(Result<std::vector<JobOutput>> outputs) {
   std::lock_guard lock(mutex_);
+  if (job_state_final(state_.state)) return;  // a job cancelled inside a batch has ended already
   ended_ = std::chrono::steady_clock::now();
   state_.seconds = started_.time_since_epoch().count() ? seconds_between(started_, ended_) : 0;
   state_.stage.clear();

@@ -60,12 +60,12 @@ class Job {
   const int64_t created;  // unix seconds
   std::atomic<bool> cancel_requested{false};
 
-  // The worker's side.
+  // The worker's side. After the job has ended, step() and decoding() do nothing.
   void queued(size_t position);
   void start();
   void step(int index, int steps);  // after denoise step `index`
   void decoding(int64_t done, int64_t total);
-  void finish(Result<std::vector<JobOutput>> outputs);
+  void finish(Result<std::vector<JobOutput>> outputs);  // the first ending counts; later ones are ignored
 
   // The readers' side.
   JobSnapshot snapshot() const;

@@ -2,9 +2,10 @@
 // that runs them in order, so a model's plans and caches are only ever
 // touched by that thread. Full queue: submit() says so (the server answers
 // 429); cancel drops a queued job at once and stops a running one at its
-// next denoise step.
+// next denoise step. Under a BatchPolicy, queued jobs of the front job's
+// shape run with it as one batch.
 //
-//   ModelWorker worker("shapes", 16, [&](Job& job) { return run_image_job(generator, job); });
+//   ModelWorker worker("shapes", 16, [&](const std::vector<Job*>& jobs) { return run_image_jobs(generator, jobs); });
 //   KILN_RETURN_IF_ERROR(worker.submit(job));   // ResourceExhausted: the queue is full
 //   worker.cancel(*job);
 //   worker.close(); worker.join();              // shutdown: no new jobs, the thread ends
@@ -21,9 +22,18 @@
 
 namespace kiln::serve {
 
-// Runs one job to its outputs, reporting progress on the job and asking
-// job.cancel_requested between steps.
-using JobRunner = std::function<Result<std::vector<JobOutput>>(Job&)>;
+// Runs jobs to their outputs (one result a job, in order), reporting
+// progress on each job and asking job.cancel_requested between steps. More
+// than one job only under a BatchPolicy.
+using JobResult = Result<std::vector<JobOutput>>;
+using JobRunner = std::function<std::vector<JobResult>(const std::vector<Job*>&)>;
+
+// Which queued jobs may run with the one at the front: those with its key
+// (empty: none), taken in queue order while their images fit max_images.
+struct BatchPolicy {
+  int max_images = 1;  // 1: every job alone
+  std::function<std::string(const Job&)> key;
+};
 
 // What /metrics shows of a worker.
 struct WorkerFigures {
@@ -33,12 +43,13 @@ struct WorkerFigures {
   int64_t steps_timed = 0;      // denoise steps with a measured time
   double step_seconds = 0;      // their total time
   int64_t outputs = 0;          // images and videos made
+  int64_t runs = 0;             // batches run (a lone job is a batch of one)
   double busy_seconds = 0;      // time spent running jobs
 };
 
 class ModelWorker {
  public:
-  ModelWorker(std::string model, size_t capacity, JobRunner run);
+  ModelWorker(std::string model, size_t capacity, JobRunner run, BatchPolicy batching = {});
   ~ModelWorker();  // close() and join()
 
   // Queues the job (its "queued" event says where); ResourceExhausted when
@@ -59,6 +70,8 @@ class ModelWorker {
 
   const std::string& model() const { return model_; }
   WorkerFigures figures() const;
+  // The jobs running now (a batch may hold several).
+  std::vector<std::shared_ptr<Job>> running() const;
 
  private:
   void loop();
@@ -69,7 +82,8 @@ class ModelWorker {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> running_;
+  const BatchPolicy batching_;
+  std::vector<std::shared_ptr<Job>> running_;
   bool closed_ = false;
   WorkerFigures figures_;
   std::thread thread_;

@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -68,26 +69,42 @@ Result<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-Result<std::vector<JobOutput>> run_image_job(Generator& generator, Job& job) {
-  const GenerationRequest& r = job.request.image;
-  KILN_ASSIGN_OR_RETURN(
-      GenerationResult result,
-      generator.generate(
-          r,
-          [&](size_t, int i, int steps) {
-            job.step(i, steps);
-            if (i + 1 == steps) job.decoding(0, 1);  // the VAE runs next
-          },
-          [&] { return job.cancel_requested.load(); }));
+Result<std::vector<JobOutput>> png_outputs(const std::vector<GeneratedImage>& images) {
   std::vector<JobOutput> outputs;
-  for (const GeneratedImage& image : result.images) {
+  for (const GeneratedImage& image : images) {
     KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> png, encode_png(image.rgb.data(), image.width, image.height, image.text));
     outputs.push_back({"image/png", std::move(png), image.seed});
   }
   return outputs;
 }
 
-Result<std::vector<JobOutput>> run_video_job(VideoGenerator& generator, Job& job) {
+// One job, or a batch of one shape as one run (Generator::generate_together).
+// Every job hears every step; a job cancelled inside a batch ends at once and
+// the batch stops only when all of its jobs are cancelled.
+std::vector<JobResult> run_image_jobs(Generator& generator, const std::vector<Job*>& jobs) {
+  const GenerationProgress progress = [&](size_t, int i, int steps) {
+    for (Job* job : jobs) {
+      if (job->cancel_requested) job->finish(Status(StatusCode::kCancelled, fmt::format("cancelled after step {}", i + 1)));
+      job->step(i, steps);
+      if (i + 1 == steps) job->decoding(0, 1);  // the VAE runs next
+    }
+  };
+  const CancelCheck cancelled = [&] {
+    return std::all_of(jobs.begin(), jobs.end(), [](Job* j) { return j->cancel_requested.load(); });
+  };
+  if (jobs.size() == 1) {
+    Result<GenerationResult> result = generator.generate(jobs[0]->request.image, progress, cancelled);
+    return {result.ok() ? png_outputs(result->images) : JobResult(result.status())};
+  }
+  std::vector<GenerationRequest> requests;
+  for (Job* job : jobs) requests.push_back(job->request.image);
+  Result<std::vector<GenerationResult>> results = generator.generate_together(requests, progress, cancelled);
+  std::vector<JobResult> out;
+  for (size_t k = 0; k < jobs.size(); ++k) out.push_back(results.ok() ? png_outputs((*results)[k].images) : JobResult(results.status()));
+  return out;
+}
+
+JobResult run_video_job(VideoGenerator& generator, Job& job) {
   VideoGenerationRequest r = job.request.video;
   r.output = (fs::temp_directory_path() / fmt::format("kiln-{}.mp4", job.id)).string();
   const VideoProgress progress{.step = [&](int i, int steps) { job.step(i, steps); },
@@ -278,11 +295,8 @@ struct Server::Impl {
       const WorkerFigures f = m->worker->figures();
       count += f.queued + (f.running ? 1 : 0);
     }
-    {
-      std::lock_guard lock(mutex);
-      for (const auto& [id, job] : jobs)
-        if (job->snapshot().state == JobState::kRunning) running = job;
-    }
+    for (const auto& m : models)
+      if (auto r = m->worker->running(); !r.empty()) running = r[0];
     JobSnapshot s;
     if (running) s = running->snapshot();
     const double progress = running && s.steps ? double(s.step) / s.steps : 0.0;
@@ -390,6 +404,8 @@ struct Server::Impl {
                          f.step_seconds, name, f.steps_timed);
     family("kiln_outputs_total", "counter", "Images and videos made.");
     for (const auto& [name, f] : figures) out += fmt::format("kiln_outputs_total{{model=\"{}\"}} {}\n", name, f.outputs);
+    family("kiln_runs_total", "counter", "Generations run: a batch of requests counts once.");
+    for (const auto& [name, f] : figures) out += fmt::format("kiln_runs_total{{model=\"{}\"}} {}\n", name, f.runs);
     family("kiln_images_per_second", "gauge", "Outputs made per second of running jobs.");
     for (const auto& [name, f] : figures)
       out += fmt::format("kiln_images_per_second{{model=\"{}\"}} {}\n", name,
@@ -507,9 +523,8 @@ struct Server::Impl {
       http.Get(empty, [](const httplib::Request&, httplib::Response& res) { send_json(res, json::array()); });
     http.Get("/sdapi/v1/progress", [this](const httplib::Request&, httplib::Response& res) { a1111_progress(res); });
     http.Post("/sdapi/v1/interrupt", [this](const httplib::Request&, httplib::Response& res) {
-      std::lock_guard lock(mutex);
-      for (const auto& [id, job] : jobs)
-        if (job->snapshot().state == JobState::kRunning) job->cancel_requested = true;
+      for (const auto& m : models)
+        for (const auto& job : m->worker->running()) m->worker->cancel(*job);
       send_json(res, json::object());
     });
   }
@@ -560,13 +575,20 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
       model.kind = JobKind::kVideo;
       KILN_ASSIGN_OR_RETURN(model.video, VideoGenerator::open(path, options.video));
       model.name = model.video->model_name();
-      model.worker = std::make_unique<ModelWorker>(model.name, options.queue,
-                                                   [&model](Job& job) { return run_video_job(*model.video, job); });
+      model.worker = std::make_unique<ModelWorker>(model.name, options.queue, [&model](const std::vector<Job*>& jobs) {
+        return std::vector<JobResult>{run_video_job(*model.video, *jobs[0])};
+      });
     } else {
       KILN_ASSIGN_OR_RETURN(model.image, Generator::open({.model = path, .pipeline = options.pipeline}));
       model.name = model.image->model_name();
-      model.worker = std::make_unique<ModelWorker>(model.name, options.queue,
-                                                   [&model](Job& job) { return run_image_job(*model.image, job); });
+      // Requests of one shape share a run when --batch allows it.
+      const BatchPolicy batching{.max_images = options.batch_images, .key = [&model](const Job& job) {
+                                   const GenerationRequest& r = job.request.image;
+                                   return model.image->batchable(r) ? Generator::batch_key(r) : std::string();
+                                 }};
+      model.worker = std::make_unique<ModelWorker>(
+          model.name, options.queue,
+          [&model](const std::vector<Job*>& jobs) { return run_image_jobs(*model.image, jobs); }, batching);
     }
     model.path = path.empty() ? model.image->model_path() : path;
     for (const auto& other : impl->models)

@@ -143,15 +143,24 @@ TEST(ApiRequest, VideoJobs) {
   EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}}, JobKind::kVideo, {})), "");
 }
 
-// A stand-in model: `steps` steps of `step_ms`, asking for a cancel after each.
-JobRunner fake_model(int steps, int step_ms) {
-  return [=](Job& job) -> Result<std::vector<JobOutput>> {
+// A stand-in model: `steps` steps of `step_ms` for the whole batch, asking
+// for a cancel after each; each job's output is its batch's size. The sizes
+// of the batches it ran go to `batches`.
+JobRunner fake_model(int steps, int step_ms, std::vector<size_t>* batches = nullptr) {
+  return [=](const std::vector<Job*>& jobs) {
+    if (batches) batches->push_back(jobs.size());
+    std::vector<JobResult> results;
     for (int i = 0; i < steps; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-      job.step(i, steps);
-      if (job.cancel_requested) return Status(StatusCode::kCancelled, "cancelled");
+      for (Job* job : jobs) job->step(i, steps);
+      if (jobs[0]->cancel_requested) {
+        results.assign(jobs.size(), Status(StatusCode::kCancelled, "cancelled"));
+        return results;
+      }
     }
-    return std::vector<JobOutput>{{"image/png", {1, 2, 3}, 7}};
+    for (size_t k = 0; k < jobs.size(); ++k)
+      results.push_back(std::vector<JobOutput>{{"image/png", {1, 2, uint8_t(jobs.size())}, 7}});
+    return results;
   };
 }
 
@@ -176,7 +185,7 @@ TEST(ModelWorker, RunsJobsInOrderWithTheirEvents) {
   ASSERT_TRUE(a->wait_final(0ms));
   EXPECT_EQ(event_types(*a), (std::vector<std::string>{"queued", "started", "step", "step", "step", "done"}));
   EXPECT_EQ(a->snapshot().state, JobState::kDone);
-  EXPECT_EQ(a->output(0).bytes, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(a->output(0).bytes, (std::vector<uint8_t>{1, 2, 1}));  // a batch of one
   const WorkerFigures f = worker.figures();
   EXPECT_EQ(f.done, 2);
   EXPECT_EQ(f.outputs, 2);
@@ -202,6 +211,31 @@ TEST(ModelWorker, FullQueueAndCancel) {
   EXPECT_LE(running->snapshot().step, step_at_cancel + 1);
   EXPECT_FALSE(worker.cancel(*running));  // already ended
   EXPECT_EQ(event_types(*waiting).back(), "cancelled");
+}
+
+TEST(ModelWorker, QueuedJobsOfOneShapeRunAsOneBatch) {
+  std::vector<size_t> batches;
+  // The key: the steps; a batch holds up to 3 images.
+  ModelWorker worker("fake", 8, fake_model(30, 2, &batches),
+                     {.max_images = 3, .key = [](const Job& j) { return std::to_string(j.request.image.steps); }});
+  auto first = new_job(30);
+  ASSERT_TRUE(worker.submit(first).ok());
+  while (first->snapshot().state != JobState::kRunning) std::this_thread::sleep_for(1ms);
+  // Behind it: four of one shape, one of another; the shape's first three run together, in queue order.
+  std::vector<std::shared_ptr<Job>> same = {new_job(7), new_job(7), new_job(7), new_job(7)};
+  auto other = new_job(5);
+  ASSERT_TRUE(worker.submit(same[0]).ok());
+  ASSERT_TRUE(worker.submit(other).ok());
+  for (size_t i = 1; i < same.size(); ++i) ASSERT_TRUE(worker.submit(same[i]).ok());
+  worker.close();
+  worker.join();
+  EXPECT_EQ(batches, (std::vector<size_t>{1, 3, 1, 1}));
+  EXPECT_EQ(same[0]->output(0).bytes[2], 3);  // ran in the batch of 3
+  EXPECT_EQ(same[2]->output(0).bytes[2], 3);
+  EXPECT_EQ(other->output(0).bytes[2], 1);
+  EXPECT_EQ(same[3]->output(0).bytes[2], 1);
+  EXPECT_EQ(worker.figures().runs, 4);
+  EXPECT_EQ(worker.figures().done, 6);
 }
 
 TEST(ModelWorker, CloseRefusesNewJobsAndFinishesQueuedOnes) {

@@ -255,6 +255,31 @@ TEST(ServeAlone, AFullQueueAnswers429) {
   EXPECT_EQ(c.Delete(("/v1/jobs/" + running).c_str())->status, 200);
 }
 
+TEST(ServeAlone, QueuedRequestsOfOneShapeRunAsOneBatch) {
+  ServeProcess server({"--batch", "4", "--queue", "8"});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  // One long job holds the worker while three of one shape queue up behind it.
+  const std::string blocker = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
+  while (json::parse(c.Get(("/v1/jobs/" + blocker).c_str())->body)["status"] != "running") std::this_thread::sleep_for(5ms);
+  const std::vector<std::string> prompts = {"a red circle", "two green squares", "a blue triangle on the left"};
+  std::vector<std::string> ids;
+  for (size_t k = 0; k < prompts.size(); ++k)
+    ids.push_back(post_json(c, "/v1/jobs", {{"prompt", prompts[k]}, {"steps", 6}, {"seed", 40 + k}}, 202)["id"]);
+  for (const std::string& id : ids) read_events(c, id);
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kiln_runs_total{model=\"shapes\"} 2"), std::string::npos) << metrics;  // the blocker, then one batch
+  // Each image is its lone run's, up to rounding in the last bit.
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    const RgbImage batched = png_pixels(c.Get(("/v1/jobs/" + ids[k] + "/content").c_str())->body);
+    const RgbImage alone = generate_pixels(fmt::format("--prompt '{}' --steps 6 --seed {}", prompts[k], 40 + k));
+    ASSERT_EQ(batched.rgb.size(), alone.rgb.size());
+    int worst = 0;
+    for (size_t i = 0; i < alone.rgb.size(); ++i) worst = std::max(worst, std::abs(int(batched.rgb[i]) - int(alone.rgb[i])));
+    EXPECT_LE(worst, 2) << prompts[k];
+  }
+}
+
 TEST(ServeAlone, TheApiKeyIsRequired) {
   ServeProcess server({"--api-key", "s3cret"});
   ASSERT_GT(server.port(), 0);
