@@ -2,15 +2,17 @@
 // same model and settings, in one run:
 //
 //   build/bench/kiln_bench_serve [--model PATH] [--requests 200] [--clients 4] [--steps 20]
-//                                [--sequential 20] [--rss-requests 1000] [-- SERVE_FLAGS...]
+//                                [--sequential 20] [--batch 4] [--rss-requests 1000] [-- SERVE_FLAGS...]
 //
 // 1. `kiln generate` run --sequential times, one image each (a process per
 //    image, as a script without a server does): images/s.
 // 2. `kiln serve` with SERVE_FLAGS, --clients threads sending --requests
 //    POST /v1/images/generations in all (n=1, distinct seeds): images/s and
-//    the p50/p99 latency of a request.
-// 3. The server's resident memory after its first request and after
-//    --rss-requests requests: what grows beyond its plan and model caches.
+//    the p50/p99 latency of a request; once with every request alone and
+//    once with `--batch` (queued requests of one shape as one run).
+// 3. The first server's resident memory after its first request and every
+//    250 requests up to --rss-requests: what grows beyond its plan and
+//    model caches.
 // Loopback only; every count is fixed, so the run is bounded.
 #include <fmt/format.h>
 
@@ -47,7 +49,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 struct Load {
-  int requests = 200, clients = 4, steps = 20, sequential = 20, rss_requests = 1000;
+  int requests = 200, clients = 4, steps = 20, sequential = 20, batch = 4, rss_requests = 1000;
   std::string model;
   std::vector<std::string> serve_flags;
 };
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") l.steps = std::stoi(value());
     else if (a == "--sequential") l.sequential = std::stoi(value());
     else if (a == "--rss-requests") l.rss_requests = std::stoi(value());
+    else if (a == "--batch") l.batch = std::stoi(value());
     else if (a == "--model") l.model = value();
     else if (a == "--") l.serve_flags.assign(argv + i + 1, argv + argc), i = argc;
     else {
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (l.requests < 1 || l.clients < 1 || l.steps < 1 || l.sequential < 0 || l.rss_requests < 0) {
+  if (l.requests < 1 || l.clients < 1 || l.steps < 1 || l.sequential < 0 || l.rss_requests < 0 || l.batch < 1) {
     fmt::print(stderr, "kiln_bench_serve: the counts must be positive\n");
     return 2;
   }
@@ -130,30 +133,46 @@ int main(int argc, char** argv) {
                sequential_rate, 1 / sequential_rate);
   }
 
-  // 2. The server under load.
-  std::vector<std::string> flags = l.serve_flags;
-  if (!l.model.empty()) flags.insert(flags.begin(), {"--model", l.model});
-  flags.insert(flags.end(), {"--queue", std::to_string(std::max(16, 2 * l.clients))});
-  kiln::serve::ServeProcess server(flags);
-  if (server.port() <= 0) {
-    fmt::print(stderr, "kiln_bench_serve: kiln serve did not start\n");
-    return 1;
+  // 2. The server under load, each request alone and then batched.
+  double alone_rate = 0;
+  for (const int batch : {1, l.batch}) {
+    std::vector<std::string> flags = l.serve_flags;
+    if (!l.model.empty()) flags.insert(flags.begin(), {"--model", l.model});
+    flags.insert(flags.end(), {"--queue", std::to_string(std::max(16, 2 * l.clients)), "--batch", std::to_string(batch)});
+    kiln::serve::ServeProcess server(flags);
+    if (server.port() <= 0) {
+      fmt::print(stderr, "kiln_bench_serve: kiln serve did not start\n");
+      return 1;
+    }
+    drive(server, l, 1, 1, 1000000);  // compiles the plan
+    const double rss_first = rss_mib(server.pid());
+    int done = 1;
+    if (batch == 1) {
+      const int n = std::min(l.requests, 20);
+      const auto [one_latency, one_wall] = drive(server, l, n, 1, 0);
+      done += n;
+      fmt::print("kiln serve, 1 client:             {} requests, {:.2f} images/s, p50 {:.3f} s\n", n, n / one_wall,
+                 percentile(one_latency, 0.5));
+    }
+    const auto [latency, wall] = drive(server, l, l.requests, l.clients, 0);
+    done += l.requests;
+    const double rate = l.requests / wall;
+    fmt::print("kiln serve --batch {}, {} clients: {} requests, {:.2f} images/s, p50 {:.3f} s, p99 {:.3f} s\n", batch,
+               l.clients, l.requests, rate, percentile(latency, 0.5), percentile(latency, 0.99));
+    if (sequential_rate > 0) fmt::print("  throughput against sequential kiln generate: {:.2f}x\n", rate / sequential_rate);
+    if (batch > 1) {
+      fmt::print("  batching gain: {:.2f}x the throughput of every request alone\n", rate / alone_rate);
+      break;
+    }
+    alone_rate = rate;
+    // 3. Memory over many requests.
+    std::string curve = fmt::format("{:.1f} MiB after 1", rss_first);
+    for (int mark = 250; mark <= l.rss_requests; mark += 250) {
+      if (mark > done) drive(server, l, mark - done, l.clients, 100000 + done), done = mark;
+      curve += fmt::format(", {:.1f} after {}", rss_mib(server.pid()), done);
+    }
+    fmt::print("server RSS: {}\n", curve);
+    if (l.batch == 1) break;
   }
-  drive(server, l, 1, 1, 1000000);  // compiles the plan
-  const double rss_first = rss_mib(server.pid());
-  const auto [one_latency, one_wall] = drive(server, l, std::min(l.requests, 20), 1, 0);
-  fmt::print("kiln serve, 1 client:    {} requests, {:.2f} images/s, p50 {:.3f} s\n", std::min(l.requests, 20),
-             std::min(l.requests, 20) / one_wall, percentile(one_latency, 0.5));
-  const auto [latency, wall] = drive(server, l, l.requests, l.clients, 0);
-  const double rate = l.requests / wall;
-  fmt::print("kiln serve, {} clients:   {} requests, {:.2f} images/s, p50 {:.3f} s, p99 {:.3f} s\n", l.clients,
-             l.requests, rate, percentile(latency, 0.5), percentile(latency, 0.99));
-  if (sequential_rate > 0) fmt::print("  throughput against sequential kiln generate: {:.2f}x\n", rate / sequential_rate);
-
-  // 3. Memory after many requests.
-  const int done = 1 + std::min(l.requests, 20) + l.requests;
-  if (l.rss_requests > done) drive(server, l, l.rss_requests - done, l.clients, 100000);
-  fmt::print("server RSS: {:.1f} MiB after its first request, {:.1f} MiB after {}\n", rss_first, rss_mib(server.pid()),
-             std::max(l.rss_requests, done));
   return 0;
 }
