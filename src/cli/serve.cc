@@ -22,6 +22,7 @@ struct ServeFlags {
   int port = 7860;
   size_t queue = 16;
   int batch = 1;
+  std::string overlap = "off";
   std::string api_key;
   double grace = 30;
   std::string mode = "graph-loop";
@@ -34,6 +35,7 @@ struct ServeFlags {
 Status serve_command(const ServeFlags& f) {
   serve::ServeOptions options{.models = f.models, .host = f.host, .port = f.port, .queue = f.queue,
                               .batch_images = f.batch,
+                              .overlap_encoding = f.overlap == "on",
                               .api_key = f.api_key, .limits = f.limits, .grace_seconds = f.grace};
   KILN_ASSIGN_OR_RETURN(options.pipeline.passes, pass_options(f.pass_flags));
   KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, options.pipeline.mode, options.pipeline.whole_loop));
@@ -90,6 +92,10 @@ Handler add_serve_command(CLI::App& app) {
                   "in the last bit of a few pixels (1: every request alone, the default)")
       ->default_val(1)
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--overlap", f->overlap,
+                  "on | off: encode each finished run's PNGs on a second thread while the next run starts")
+      ->default_val("off")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on every request but the page at /");
   cmd->add_option("--grace", f->grace, "on SIGTERM/SIGINT: seconds queued and running jobs may finish before "
                                        "they are cancelled")

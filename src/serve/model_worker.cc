@@ -10,12 +10,10 @@ int images_of(const Job& job) { return job.request.kind == JobKind::kImage ? job
 
 }  // namespace
 
-ModelWorker::ModelWorker(std::string model, size_t capacity, JobRunner run, BatchPolicy batching)
-    : model_(std::move(model)),
-      capacity_(capacity),
-      run_(std::move(run)),
-      batching_(std::move(batching)),
-      thread_([this] { loop(); }) {}
+ModelWorker::ModelWorker(std::string model, JobRunner run, WorkerOptions options)
+    : model_(std::move(model)), run_(std::move(run)), options_(std::move(options)), thread_([this] { loop(); }) {
+  if (options_.overlap_encoding) encoder_ = std::thread([this] { encode_loop(); });
+}
 
 ModelWorker::~ModelWorker() {
   close();
@@ -25,7 +23,7 @@ ModelWorker::~ModelWorker() {
 Status ModelWorker::submit(const std::shared_ptr<Job>& job) {
   std::lock_guard lock(mutex_);
   if (closed_) return unsupported("the server is shutting down");
-  if (queue_.size() >= capacity_) return resource_exhausted("the queue of {} is full", capacity_);
+  if (queue_.size() >= options_.capacity) return resource_exhausted("the queue of {} is full", options_.capacity);
   queue_.push_back(job);
   job->queued(queue_.size());
   wake_.notify_all();
@@ -84,7 +82,7 @@ double ModelWorker::wait_estimate() const {
 
 bool ModelWorker::idle() const {
   std::lock_guard lock(mutex_);
-  return queue_.empty() && running_.empty();
+  return queue_.empty() && running_.empty() && encoding_.empty() && !encoding_busy_;
 }
 
 void ModelWorker::close() {
@@ -95,6 +93,12 @@ void ModelWorker::close() {
 
 void ModelWorker::join() {
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lock(mutex_);
+    runs_over_ = true;
+    encode_wake_.notify_all();
+  }
+  if (encoder_.joinable()) encoder_.join();
 }
 
 WorkerFigures ModelWorker::figures() const {
@@ -112,17 +116,17 @@ std::vector<std::shared_ptr<Job>> ModelWorker::running() const {
 
 void ModelWorker::loop() {
   for (;;) {
-    std::vector<Job*> batch;
+    Encoding run;
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return !queue_.empty() || closed_; });
       if (queue_.empty()) return;  // closed and drained
       running_ = {std::move(queue_.front())};
       queue_.pop_front();
-      const std::string key = batching_.max_images > 1 && batching_.key ? batching_.key(*running_[0]) : "";
+      const std::string key = options_.batch_images > 1 && options_.batch_key ? options_.batch_key(*running_[0]) : "";
       int images = images_of(*running_[0]);
       for (auto it = queue_.begin(); !key.empty() && it != queue_.end();) {
-        if (images + images_of(**it) <= batching_.max_images && batching_.key(**it) == key) {
+        if (images + images_of(**it) <= options_.batch_images && options_.batch_key(**it) == key) {
           images += images_of(**it);
           running_.push_back(std::move(*it));
           it = queue_.erase(it);
@@ -130,25 +134,55 @@ void ModelWorker::loop() {
           ++it;
         }
       }
-      for (const auto& job : running_) batch.push_back(job.get());
+      run.jobs = running_;
     }
-    for (Job* job : batch) job->start();
-    const bool all_cancelled = std::all_of(batch.begin(), batch.end(), [](Job* j) { return j->cancel_requested.load(); });
-    std::vector<JobResult> results = all_cancelled ? std::vector<JobResult>() : run_(batch);
-    for (size_t i = 0; i < batch.size(); ++i)  // finish() keeps a job's first ending: a cancel during the batch
-      batch[i]->finish(i < results.size() ? std::move(results[i]) : JobResult(Status(StatusCode::kCancelled, "cancelled")));
-    std::lock_guard lock(mutex_);
+    std::vector<Job*> batch;
+    for (const auto& job : run.jobs) batch.push_back(job.get()), job->start();
+    if (!std::all_of(batch.begin(), batch.end(), [](Job* j) { return j->cancel_requested.load(); }))
+      run.results = run_(batch);
+    std::unique_lock lock(mutex_);
     running_.clear();
-    ++figures_.runs;
-    for (Job* job : batch) {
-      const JobSnapshot s = job->snapshot();
-      figures_.busy_seconds += s.seconds / double(batch.size());
-      const int timed = std::max(0, s.step - 1);  // the first step's interval is not a step's time (job.h)
-      if (job == batch[0]) figures_.steps_timed += timed, figures_.step_seconds += s.step_seconds * timed;
-      if (s.state == JobState::kDone) ++figures_.done, figures_.outputs += int64_t(s.outputs);
-      else if (s.state == JobState::kFailed) ++figures_.failed;
-      else ++figures_.cancelled;
+    if (options_.overlap_encoding) {
+      encoding_.push_back(std::move(run));
+      encode_wake_.notify_all();
+    } else {
+      lock.unlock();
+      finish(std::move(run));
     }
+  }
+}
+
+void ModelWorker::encode_loop() {
+  for (;;) {
+    Encoding run;
+    {
+      std::unique_lock lock(mutex_);
+      encode_wake_.wait(lock, [&] { return !encoding_.empty() || runs_over_; });
+      if (encoding_.empty()) return;
+      run = std::move(encoding_.front());
+      encoding_.pop_front();
+      encoding_busy_ = true;
+    }
+    finish(std::move(run));
+    std::lock_guard lock(mutex_);
+    encoding_busy_ = false;
+  }
+}
+
+void ModelWorker::finish(Encoding run) {
+  for (size_t i = 0; i < run.jobs.size(); ++i)  // finish() keeps a job's first ending: a cancel during the batch
+    run.jobs[i]->finish(i < run.results.size() && run.results[i] ? run.results[i]()
+                                                                  : JobResult(Status(StatusCode::kCancelled, "cancelled")));
+  std::lock_guard lock(mutex_);
+  ++figures_.runs;
+  for (const auto& job : run.jobs) {
+    const JobSnapshot s = job->snapshot();
+    figures_.busy_seconds += s.seconds / double(run.jobs.size());
+    const int timed = std::max(0, s.step - 1);  // the first step's interval is not a step's time (job.h)
+    if (job == run.jobs[0]) figures_.steps_timed += timed, figures_.step_seconds += s.step_seconds * timed;
+    if (s.state == JobState::kDone) ++figures_.done, figures_.outputs += int64_t(s.outputs);
+    else if (s.state == JobState::kFailed) ++figures_.failed;
+    else ++figures_.cancelled;
   }
 }
 

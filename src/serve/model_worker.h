@@ -2,10 +2,11 @@
 // that runs them in order, so a model's plans and caches are only ever
 // touched by that thread. Full queue: submit() says so (the server answers
 // 429); cancel drops a queued job at once and stops a running one at its
-// next denoise step. Under a BatchPolicy, queued jobs of the front job's
+// next denoise step. With batch_images > 1, queued jobs of the front job's
 // shape run with it as one batch.
 //
-//   ModelWorker worker("shapes", 16, [&](const std::vector<Job*>& jobs) { return run_image_jobs(generator, jobs); });
+//   ModelWorker worker("shapes", [&](const std::vector<Job*>& jobs) { return run_image_jobs(generator, jobs); },
+//                      {.capacity = 16});
 //   KILN_RETURN_IF_ERROR(worker.submit(job));   // ResourceExhausted: the queue is full
 //   worker.cancel(*job);
 //   worker.close(); worker.join();              // shutdown: no new jobs, the thread ends
@@ -22,17 +23,22 @@
 
 namespace kiln::serve {
 
-// Runs jobs to their outputs (one result a job, in order), reporting
-// progress on each job and asking job.cancel_requested between steps. More
-// than one job only under a BatchPolicy.
+// Runs jobs (more than one only under a BatchPolicy), reporting progress on
+// each job and asking job.cancel_requested between steps; returns, a job
+// each in order, what still turns its result into bytes (PNG encoding): the
+// worker calls it, or with overlap its encoder thread, beside the next run.
 using JobResult = Result<std::vector<JobOutput>>;
-using JobRunner = std::function<std::vector<JobResult>(const std::vector<Job*>&)>;
+using PendingResult = std::function<JobResult()>;
+using JobRunner = std::function<std::vector<PendingResult>(const std::vector<Job*>&)>;
 
-// Which queued jobs may run with the one at the front: those with its key
-// (empty: none), taken in queue order while their images fit max_images.
-struct BatchPolicy {
-  int max_images = 1;  // 1: every job alone
-  std::function<std::string(const Job&)> key;
+struct WorkerOptions {
+  size_t capacity = 16;  // jobs that may wait
+  // Which queued jobs may run with the one at the front: those with its key
+  // (empty: none), taken in queue order while their images fit batch_images.
+  int batch_images = 1;  // 1: every job alone
+  std::function<std::string(const Job&)> batch_key;
+  // Encode a run's outputs on a second thread while the next run starts.
+  bool overlap_encoding = false;
 };
 
 // What /metrics shows of a worker.
@@ -49,7 +55,7 @@ struct WorkerFigures {
 
 class ModelWorker {
  public:
-  ModelWorker(std::string model, size_t capacity, JobRunner run, BatchPolicy batching = {});
+  ModelWorker(std::string model, JobRunner run, WorkerOptions options = {});
   ~ModelWorker();  // close() and join()
 
   // Queues the job (its "queued" event says where); ResourceExhausted when
@@ -66,7 +72,7 @@ class ModelWorker {
   bool idle() const;
 
   void close();  // refuse new jobs; the queued ones still run
-  void join();   // after close(): waits for the queue to empty and the thread to end
+  void join();   // after close(): waits for the queue to empty and the threads to end
 
   const std::string& model() const { return model_; }
   WorkerFigures figures() const;
@@ -74,19 +80,27 @@ class ModelWorker {
   std::vector<std::shared_ptr<Job>> running() const;
 
  private:
+  // A run whose outputs are still to be encoded.
+  struct Encoding {
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<PendingResult> results;
+  };
   void loop();
+  void encode_loop();
+  void finish(Encoding run);  // encodes, ends the jobs, counts them
 
   const std::string model_;
-  const size_t capacity_;
   const JobRunner run_;
+  const WorkerOptions options_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_, encode_wake_;
   std::deque<std::shared_ptr<Job>> queue_;
-  const BatchPolicy batching_;
   std::vector<std::shared_ptr<Job>> running_;
-  bool closed_ = false;
+  std::deque<Encoding> encoding_;  // overlap: runs waiting for the encoder thread
+  bool encoding_busy_ = false;     // overlap: the encoder thread holds a run
+  bool closed_ = false, runs_over_ = false;
   WorkerFigures figures_;
-  std::thread thread_;
+  std::thread thread_, encoder_;
 };
 
 }  // namespace kiln::serve

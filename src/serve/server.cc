@@ -69,19 +69,25 @@ Result<std::vector<uint8_t>> read_file_bytes(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-Result<std::vector<JobOutput>> png_outputs(const std::vector<GeneratedImage>& images) {
-  std::vector<JobOutput> outputs;
-  for (const GeneratedImage& image : images) {
-    KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> png, encode_png(image.rgb.data(), image.width, image.height, image.text));
-    outputs.push_back({"image/png", std::move(png), image.seed});
-  }
-  return outputs;
+// The PNGs of a run's images, encoded when called (on the worker's encoder
+// thread with overlap).
+PendingResult png_outputs(Result<std::vector<GeneratedImage>> images) {
+  auto held = std::make_shared<Result<std::vector<GeneratedImage>>>(std::move(images));
+  return [held]() -> JobResult {
+    if (!held->ok()) return held->status();
+    std::vector<JobOutput> outputs;
+    for (const GeneratedImage& image : **held) {
+      KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> png, encode_png(image.rgb.data(), image.width, image.height, image.text));
+      outputs.push_back({"image/png", std::move(png), image.seed});
+    }
+    return outputs;
+  };
 }
 
 // One job, or a batch of one shape as one run (Generator::generate_together).
 // Every job hears every step; a job cancelled inside a batch ends at once and
 // the batch stops only when all of its jobs are cancelled.
-std::vector<JobResult> run_image_jobs(Generator& generator, const std::vector<Job*>& jobs) {
+std::vector<PendingResult> run_image_jobs(Generator& generator, const std::vector<Job*>& jobs) {
   const GenerationProgress progress = [&](size_t, int i, int steps) {
     for (Job* job : jobs) {
       if (job->cancel_requested) job->finish(Status(StatusCode::kCancelled, fmt::format("cancelled after step {}", i + 1)));
@@ -94,13 +100,15 @@ std::vector<JobResult> run_image_jobs(Generator& generator, const std::vector<Jo
   };
   if (jobs.size() == 1) {
     Result<GenerationResult> result = generator.generate(jobs[0]->request.image, progress, cancelled);
-    return {result.ok() ? png_outputs(result->images) : JobResult(result.status())};
+    return {png_outputs(result.ok() ? Result<std::vector<GeneratedImage>>(std::move(result->images)) : result.status())};
   }
   std::vector<GenerationRequest> requests;
   for (Job* job : jobs) requests.push_back(job->request.image);
   Result<std::vector<GenerationResult>> results = generator.generate_together(requests, progress, cancelled);
-  std::vector<JobResult> out;
-  for (size_t k = 0; k < jobs.size(); ++k) out.push_back(results.ok() ? png_outputs((*results)[k].images) : JobResult(results.status()));
+  std::vector<PendingResult> out;
+  for (size_t k = 0; k < jobs.size(); ++k)
+    out.push_back(png_outputs(results.ok() ? Result<std::vector<GeneratedImage>>(std::move((*results)[k].images))
+                                           : results.status()));
   return out;
 }
 
@@ -575,20 +583,27 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
       model.kind = JobKind::kVideo;
       KILN_ASSIGN_OR_RETURN(model.video, VideoGenerator::open(path, options.video));
       model.name = model.video->model_name();
-      model.worker = std::make_unique<ModelWorker>(model.name, options.queue, [&model](const std::vector<Job*>& jobs) {
-        return std::vector<JobResult>{run_video_job(*model.video, *jobs[0])};
-      });
+      // The MP4 is written as the VAE decodes: nothing is left to encode after the run.
+      model.worker = std::make_unique<ModelWorker>(
+          model.name,
+          [&model](const std::vector<Job*>& jobs) {
+            auto result = std::make_shared<JobResult>(run_video_job(*model.video, *jobs[0]));
+            return std::vector<PendingResult>{[result] { return std::move(*result); }};
+          },
+          WorkerOptions{.capacity = options.queue});
     } else {
       KILN_ASSIGN_OR_RETURN(model.image, Generator::open({.model = path, .pipeline = options.pipeline}));
       model.name = model.image->model_name();
       // Requests of one shape share a run when --batch allows it.
-      const BatchPolicy batching{.max_images = options.batch_images, .key = [&model](const Job& job) {
+      const WorkerOptions worker{.capacity = options.queue,
+                                 .batch_images = options.batch_images,
+                                 .batch_key = [&model](const Job& job) {
                                    const GenerationRequest& r = job.request.image;
                                    return model.image->batchable(r) ? Generator::batch_key(r) : std::string();
-                                 }};
+                                 },
+                                 .overlap_encoding = options.overlap_encoding};
       model.worker = std::make_unique<ModelWorker>(
-          model.name, options.queue,
-          [&model](const std::vector<Job*>& jobs) { return run_image_jobs(*model.image, jobs); }, batching);
+          model.name, [&model](const std::vector<Job*>& jobs) { return run_image_jobs(*model.image, jobs); }, worker);
     }
     model.path = path.empty() ? model.image->model_path() : path;
     for (const auto& other : impl->models)

@@ -32,6 +32,7 @@ struct ServeOptions {
   int port = 7860;       // 0: any free port (run() reports it)
   size_t queue = 16;     // jobs waiting per model
   int batch_images = 1;  // queued requests of one shape run together up to this many images (1: each alone)
+  bool overlap_encoding = false;  // PNG encoding on a second thread beside the next run
   std::string api_key;   // required when host is not a loopback address
   ServeLimits limits;
   double grace_seconds = 30;  // shutdown: how long queued and running work may finish

@@ -149,17 +149,18 @@ TEST(ApiRequest, VideoJobs) {
 JobRunner fake_model(int steps, int step_ms, std::vector<size_t>* batches = nullptr) {
   return [=](const std::vector<Job*>& jobs) {
     if (batches) batches->push_back(jobs.size());
-    std::vector<JobResult> results;
+    std::vector<PendingResult> results;
     for (int i = 0; i < steps; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
       for (Job* job : jobs) job->step(i, steps);
       if (jobs[0]->cancel_requested) {
-        results.assign(jobs.size(), Status(StatusCode::kCancelled, "cancelled"));
+        results.assign(jobs.size(), [] { return JobResult(Status(StatusCode::kCancelled, "cancelled")); });
         return results;
       }
     }
+    const uint8_t size = uint8_t(jobs.size());
     for (size_t k = 0; k < jobs.size(); ++k)
-      results.push_back(std::vector<JobOutput>{{"image/png", {1, 2, uint8_t(jobs.size())}, 7}});
+      results.push_back([size] { return JobResult(std::vector<JobOutput>{{"image/png", {1, 2, size}, 7}}); });
     return results;
   };
 }
@@ -177,7 +178,7 @@ std::vector<std::string> event_types(const Job& job) {
 }
 
 TEST(ModelWorker, RunsJobsInOrderWithTheirEvents) {
-  ModelWorker worker("fake", 4, fake_model(3, 1));
+  ModelWorker worker("fake", fake_model(3, 1), {.capacity = 4});
   auto a = new_job(), b = new_job();
   ASSERT_TRUE(worker.submit(a).ok());
   ASSERT_TRUE(worker.submit(b).ok());
@@ -193,7 +194,7 @@ TEST(ModelWorker, RunsJobsInOrderWithTheirEvents) {
 }
 
 TEST(ModelWorker, FullQueueAndCancel) {
-  ModelWorker worker("fake", 1, fake_model(1000, 2));
+  ModelWorker worker("fake", fake_model(1000, 2), {.capacity = 1});
   auto running = new_job(1000), waiting = new_job(), refused = new_job();
   ASSERT_TRUE(worker.submit(running).ok());
   while (running->snapshot().state != JobState::kRunning) std::this_thread::sleep_for(1ms);
@@ -216,8 +217,9 @@ TEST(ModelWorker, FullQueueAndCancel) {
 TEST(ModelWorker, QueuedJobsOfOneShapeRunAsOneBatch) {
   std::vector<size_t> batches;
   // The key: the steps; a batch holds up to 3 images.
-  ModelWorker worker("fake", 8, fake_model(30, 2, &batches),
-                     {.max_images = 3, .key = [](const Job& j) { return std::to_string(j.request.image.steps); }});
+  ModelWorker worker("fake", fake_model(30, 2, &batches),
+                     {.capacity = 8, .batch_images = 3,
+                      .batch_key = [](const Job& j) { return std::to_string(j.request.image.steps); }});
   auto first = new_job(30);
   ASSERT_TRUE(worker.submit(first).ok());
   while (first->snapshot().state != JobState::kRunning) std::this_thread::sleep_for(1ms);
@@ -238,8 +240,10 @@ TEST(ModelWorker, QueuedJobsOfOneShapeRunAsOneBatch) {
   EXPECT_EQ(worker.figures().done, 6);
 }
 
-TEST(ModelWorker, CloseRefusesNewJobsAndFinishesQueuedOnes) {
-  ModelWorker worker("fake", 4, fake_model(2, 5));
+class ModelWorkerOverlap : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ModelWorkerOverlap, CloseRefusesNewJobsAndFinishesQueuedOnes) {
+  ModelWorker worker("fake", fake_model(2, 5), {.capacity = 4, .overlap_encoding = GetParam()});
   auto a = new_job(), b = new_job();
   ASSERT_TRUE(worker.submit(a).ok());
   ASSERT_TRUE(worker.submit(b).ok());
@@ -249,6 +253,8 @@ TEST(ModelWorker, CloseRefusesNewJobsAndFinishesQueuedOnes) {
   EXPECT_EQ(a->snapshot().state, JobState::kDone);
   EXPECT_EQ(b->snapshot().state, JobState::kDone);
 }
+
+INSTANTIATE_TEST_SUITE_P(EncodingOnTheWorkerAndBeside, ModelWorkerOverlap, ::testing::Bool());
 
 }  // namespace
 }  // namespace kiln::serve

@@ -280,6 +280,22 @@ TEST(ServeAlone, QueuedRequestsOfOneShapeRunAsOneBatch) {
   }
 }
 
+TEST(ServeAlone, EncodingBesideTheNextRunGivesTheSamePngs) {
+  ServeProcess server({"--overlap", "on"});
+  ASSERT_GT(server.port(), 0);
+  std::vector<std::string> pngs(3);
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 3; ++k)
+    clients.emplace_back([&, k] {
+      httplib::Client c = server.client();
+      const json r = post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 5}, {"seed", 60 + k}}, 200);
+      if (r.contains("data")) pngs[size_t(k)] = r["data"][0]["b64_json"];
+    });
+  for (auto& t : clients) t.join();
+  for (int k = 0; k < 3; ++k)
+    expect_same_pixels(b64_pixels(pngs[size_t(k)]), generate_pixels(fmt::format("--prompt 'a red circle' --steps 5 --seed {}", 60 + k)));
+}
+
 TEST(ServeAlone, TheApiKeyIsRequired) {
   ServeProcess server({"--api-key", "s3cret"});
   ASSERT_GT(server.port(), 0);
