@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "pipeline/png.h"
@@ -226,6 +227,60 @@ TEST_F(Serve, MalformedRequestsGet400AndTheServerKeepsServing) {
     EXPECT_TRUE(error.contains("error") && error["error"]["message"].is_string()) << res->body;
   }
   EXPECT_EQ(c.Get("/no/such/endpoint")->status, 404);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 2}}, 200);
+}
+
+// The handlers (not only the parsers, which the fuzzer covers) on mangled
+// requests: valid bodies with bytes flipped, cut short or fields swapped for
+// other types, odd headers and methods, from a fixed seed. Each gets an
+// answer in the error envelope or a result; the server never stops serving.
+TEST_F(Serve, MangledRequestsNeverBreakTheServer) {
+  httplib::Client c = server_->client();
+  c.set_read_timeout(30, 0);
+  std::mt19937 random(1234);
+  const std::vector<std::pair<std::string, json>> valid = {
+      {"/v1/images/generations", {{"prompt", "a red circle"}, {"n", 1}, {"size", "64x64"}, {"steps", 2}, {"seed", 1}}},
+      {"/sdapi/v1/txt2img", {{"prompt", "a red circle"}, {"steps", 2}, {"width", 64}, {"height", 64}, {"sampler_name", "Euler"}}},
+      {"/sdapi/v1/img2img", {{"prompt", "x"}, {"steps", 2}, {"init_images", {"iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="}}}},
+      {"/v1/jobs", {{"prompt", "a red circle"}, {"steps", 2}, {"width", 64}, {"height", 64}}},
+      {"/sdapi/v1/options", {{"sd_model_checkpoint", "shapes"}}},
+  };
+  const std::vector<json> odd_values = {nullptr, true, -1, 0, 1e308, -1e308, 18446744073709551615ull, "", "64x64", json::array(), json::object(), std::string(5000, 'x')};
+  int answered = 0;
+  for (int round = 0; round < 150; ++round) {
+    const auto& [path, body] = valid[random() % valid.size()];
+    std::string text;
+    switch (random() % 4) {
+      case 0: {  // a field replaced by a value of another type
+        json mangled = body;
+        auto it = std::next(mangled.begin(), std::ptrdiff_t(random() % mangled.size()));
+        *it = odd_values[random() % odd_values.size()];
+        text = mangled.dump();
+        break;
+      }
+      case 1:  // cut short
+        text = body.dump().substr(0, random() % body.dump().size());
+        break;
+      case 2: {  // bytes flipped
+        text = body.dump();
+        for (int k = 0; k < 3; ++k) text[random() % text.size()] = char(random() % 256);
+        break;
+      }
+      default:  // not JSON at all
+        text = std::string(random() % 64, char(random() % 256));
+    }
+    const httplib::Headers headers = {{"X-Junk", std::string(random() % 100, 'h')}, {"Authorization", "Bearer nothing"}};
+    auto res = random() % 5 == 0 ? c.Put(path.c_str(), headers, text, "application/json")
+                                 : c.Post(path.c_str(), headers, text, random() % 2 ? "application/json" : "text/plain");
+    ASSERT_TRUE(res) << "no answer to " << path << " " << text.substr(0, 200);
+    if (res->status == 200 || res->status == 202) continue;
+    ++answered;
+    ASSERT_TRUE(res->status == 400 || res->status == 404 || res->status == 405) << res->status << " " << res->body;
+    const json error = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(error.contains("error")) << path << " " << text.substr(0, 200) << " -> " << res->body;
+  }
+  EXPECT_GT(answered, 100);  // most mangled requests are refused
   EXPECT_EQ(c.Get("/health")->status, 200);
   post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 2}}, 200);
 }
