@@ -102,29 +102,53 @@ std::string VideoPipeline::description() const {
   return fmt::format("Wan2.2 TI2V, {}", wan_layout_name(folder_.layout));
 }
 
-Result<Tensor> VideoPipeline::encode_prompts(const VideoRequest& r, StageTimes& times) {
-  auto start = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(auto sp, SentencePiece::load(folder_.tokenizer_model));
-  const std::vector<int64_t> ids[2] = {t5_token_ids(*sp, clean_wan_prompt(r.negative_prompt)),
-                                       t5_token_ids(*sp, clean_wan_prompt(r.prompt))};
-  times.tokenize = ms_since(start);
-  start = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(auto encoder, wan_load_text_encoder(folder_));
-  for (const auto& row : ids)
-    for (int64_t id : row)
+Result<Tensor> VideoPipeline::encode_prompts(const VideoRequest& r, StageTimes& times, int& texts_encoded) {
+  const auto start = std::chrono::steady_clock::now();
+  texts_encoded = 0;
+  // Loaded at the first text the cache lacks.
+  std::unique_ptr<SentencePiece> sp;
+  std::unique_ptr<WanNetwork<Umt5Config>> encoder;
+  // A text's 512 rows: from the cache (moved to its newest end), or encoded
+  // (its tokens' states, zero-padded) and cached.
+  auto rows_of = [&](const std::string& text) -> Result<const Tensor*> {
+    for (auto it = text_cache_.begin(); it != text_cache_.end(); ++it)
+      if (it->first == text) {
+        text_cache_.splice(text_cache_.end(), text_cache_, it);
+        return &text_cache_.back().second;
+      }
+    if (!sp) {
+      const auto tokenize_start = std::chrono::steady_clock::now();
+      KILN_ASSIGN_OR_RETURN(sp, SentencePiece::load(folder_.tokenizer_model));
+      times.tokenize += ms_since(tokenize_start);
+      KILN_ASSIGN_OR_RETURN(encoder, wan_load_text_encoder(folder_));
+    }
+    const std::vector<int64_t> ids = t5_token_ids(*sp, text);
+    for (int64_t id : ids)
       if (id < 0 || id >= encoder->config.vocab)
         return invalid_argument("{}: token id {} is outside the text encoder's {} embeddings", folder_.tokenizer_model,
                                 id, encoder->config.vocab);
-  // [2, 512, d]: the negative prompt's rows, then the prompt's, each zero-padded.
-  KILN_ASSIGN_OR_RETURN(Tensor context, Tensor::empty(DType::kF32, {2, kTextRows, encoder->config.d_model}));
-  for (int k = 0; k < 2; ++k) {
-    const int64_t n = int64_t(ids[k].size());
+    const int64_t n = int64_t(ids.size());
     KILN_ASSIGN_OR_RETURN(Graph graph, umt5_graph(encoder->config, encoder->weights, n));
-    KILN_ASSIGN_OR_RETURN(Tensor input, Tensor::from_vector<int64_t>({1, n}, ids[k]));
+    KILN_ASSIGN_OR_RETURN(Tensor input, Tensor::from_vector<int64_t>({1, n}, ids));
     KILN_ASSIGN_OR_RETURN(Tensor hidden, run_once(std::move(graph), {{"input_ids", input}}, options_));
-    std::memcpy(context.data<float>() + k * kTextRows * encoder->config.d_model, hidden.raw(), hidden.nbytes());
+    KILN_ASSIGN_OR_RETURN(Tensor rows, Tensor::empty(DType::kF32, {kTextRows, encoder->config.d_model}));
+    std::memcpy(rows.raw(), hidden.raw(), hidden.nbytes());
+    if (text_cache_.size() == kTextCacheEntries) text_cache_.pop_front();
+    text_cache_.emplace_back(text, std::move(rows));
+    ++texts_encoded;
+    return &text_cache_.back().second;
+  };
+  // [2, 512, d]: the negative prompt's rows, then the prompt's. Copied out
+  // one at a time: encoding the second may evict the first from the cache.
+  Tensor context;
+  const std::string texts[2] = {clean_wan_prompt(r.negative_prompt), clean_wan_prompt(r.prompt)};
+  for (int k = 0; k < 2; ++k) {
+    KILN_ASSIGN_OR_RETURN(const Tensor* rows, rows_of(texts[k]));
+    const int64_t d = rows->shape()[1];
+    if (k == 0) { KILN_ASSIGN_OR_RETURN(context, Tensor::empty(DType::kF32, {2, kTextRows, d})); }
+    std::memcpy(context.data<float>() + k * kTextRows * d, rows->raw(), rows->nbytes());
   }
-  times.text_encoder = ms_since(start);
+  times.text_encoder = ms_since(start) - times.tokenize;
   return context;  // `encoder` goes out of scope: its files are unmapped before the transformer's are mapped
 }
 
@@ -283,7 +307,7 @@ Result<VideoGeneration> VideoPipeline::generate(const VideoRequest& r, const Vid
   KILN_ASSIGN_OR_RETURN(StepTables tables, make_step_tables(kind, scheduler_, r.steps));
   g.scheduler = scheduler_kind_name(kind);
 
-  KILN_ASSIGN_OR_RETURN(Tensor context, encode_prompts(r, g.times));
+  KILN_ASSIGN_OR_RETURN(Tensor context, encode_prompts(r, g.times, g.texts_encoded));
   std::optional<Tensor> first_latent;
   if (r.first_frame) {
     KILN_ASSIGN_OR_RETURN(first_latent, encode_first_frame(r, g.times));

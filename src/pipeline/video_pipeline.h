@@ -28,6 +28,7 @@
 #pragma once
 
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +70,7 @@ struct VideoGeneration {
   std::string scheduler, mode;
   int64_t width = 0, height = 0, frames = 0;
   StageTimes times;
+  int texts_encoded = 0;  // of the 2 (negative, prompt): the rest came from the text cache
   // Graph-loop only: heap allocations made while the loop's plan ran (the
   // step callbacks' included; -1 where the program has no counter) and the
   // bytes it copied out (0: the latents are bound in place).
@@ -93,7 +95,8 @@ class VideoPipeline {
 
  private:
   VideoPipeline() = default;
-  Result<Tensor> encode_prompts(const VideoRequest& r, StageTimes& times);
+  // `texts_encoded`: how many of the two ran the text encoder (the rest were cached).
+  Result<Tensor> encode_prompts(const VideoRequest& r, StageTimes& times, int& texts_encoded);
   Result<Tensor> encode_first_frame(const VideoRequest& r, StageTimes& times);
   Status denoise(const VideoRequest& r, const StepTables& tables, const Tensor& context, const Tensor* first_latent,
                  const WanNetwork<WanTransformerConfig>& dit, Tensor& x, VideoGeneration& g);
@@ -107,6 +110,11 @@ class VideoPipeline {
   WanFolder folder_;
   VideoPipelineOptions options_;
   SchedulerConfig scheduler_;
+  // The text encoder's 512 rows for the texts it encoded last (cleaned
+  // prompts, newest last): a repeated prompt, and the negative prompt a
+  // server sends with every request, skip UMT5 and mapping its weights.
+  static constexpr size_t kTextCacheEntries = 8;
+  std::list<std::pair<std::string, Tensor>> text_cache_;
 };
 
 // An image resized to cover width x height (Lanczos, through libswscale) and

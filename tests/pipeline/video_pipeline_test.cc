@@ -100,6 +100,28 @@ const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Modes, WanVideo, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A pipeline keeps the text encoder's rows for the texts it has encoded: a
+// repeat runs no text encoder and gives the same latents, and a new prompt
+// with the same negative prompt encodes only the new one.
+TEST(WanVideoRequests, RepeatedTextsComeFromTheTextCache) {
+  auto pipe = VideoPipeline::load((kTiny / "diffusers").string(), {});
+  ASSERT_TRUE(pipe.ok()) << pipe.status().message();
+  auto generate = [&](const std::string& prompt) {
+    auto g = (*pipe)->generate({.prompt = prompt, .negative_prompt = "blurry", .seed = 3, .steps = 2, .frames = 5,
+                                .width = 64, .height = 32},
+                               [](const TensorView&) { return ok_status(); });
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return std::move(*g);
+  };
+  const VideoGeneration first = generate("a red fox"), again = generate("a red fox"), other = generate("a grey owl");
+  EXPECT_EQ(first.texts_encoded, 2);
+  EXPECT_EQ(again.texts_encoded, 0);
+  EXPECT_EQ(other.texts_encoded, 1);
+  ASSERT_EQ(first.latents.nbytes(), again.latents.nbytes());
+  EXPECT_EQ(std::memcmp(first.latents.raw(), again.latents.raw(), first.latents.nbytes()), 0);
+  EXPECT_NE(std::memcmp(first.latents.raw(), other.latents.raw(), first.latents.nbytes()), 0);
+}
+
 TEST(WanVideoRequests, BadSizesAndFramesAreRefused) {
   auto pipe = VideoPipeline::load((kTiny / "diffusers").string(), {});
   ASSERT_TRUE(pipe.ok()) << pipe.status().message();

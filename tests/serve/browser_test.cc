@@ -33,14 +33,8 @@ class Chromium {
       const int null = open("/dev/null", O_WRONLY);
       dup2(null, STDERR_FILENO);
       dup2(null, STDOUT_FILENO);
-      std::vector<std::string> argv = {"chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
-                                       "--remote-debugging-pipe", "--no-first-run", "--user-data-dir=" + profile_.string(),
-                                       "about:blank"};
-      std::vector<char*> c;
-      for (auto& a : argv) c.push_back(a.data());
-      c.push_back(nullptr);
-      execvp(c[0], c.data());
-      _exit(127);
+      exec_in_child({"chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                     "--no-first-run", "--user-data-dir=" + profile_.string(), "about:blank"});
     }
     close(to_browser[0]);
     close(from_browser[1]);

@@ -18,6 +18,15 @@ namespace kiln::serve {
 
 using namespace std::chrono_literals;
 
+// In a forked child: runs argv[0] (looked up in PATH when it has no slash), or exits 127.
+[[noreturn]] inline void exec_in_child(std::vector<std::string> argv) {
+  std::vector<char*> c;
+  for (auto& a : argv) c.push_back(a.data());
+  c.push_back(nullptr);
+  execvp(c[0], c.data());
+  _exit(127);
+}
+
 // `kiln serve --port 0 ARGS...` as a child process: its port read from the
 // line it prints, killed at the end if still running.
 class ServeProcess {
@@ -31,11 +40,7 @@ class ServeProcess {
       close(out[0]);
       std::vector<std::string> argv = {KILN_BINARY, "serve", "--port", "0", "--quiet"};
       argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> c;
-      for (auto& a : argv) c.push_back(a.data());
-      c.push_back(nullptr);
-      execv(c[0], c.data());
-      _exit(127);
+      exec_in_child(argv);
     }
     close(out[1]);
     // The first line: "kiln: serving on http://127.0.0.1:PORT/ ...", within 60 s.
