@@ -23,6 +23,7 @@ struct ServeFlags {
   size_t queue = 16;
   int batch = 1;
   std::string overlap = "off";
+  double model_memory_mib = 0;
   std::string api_key;
   double grace = 30;
   std::string mode = "graph-loop";
@@ -36,6 +37,7 @@ Status serve_command(const ServeFlags& f) {
   serve::ServeOptions options{.models = f.models, .host = f.host, .port = f.port, .queue = f.queue,
                               .batch_images = f.batch,
                               .overlap_encoding = f.overlap == "on",
+                              .model_memory_bytes = uintmax_t(f.model_memory_mib * 1048576.0),
                               .api_key = f.api_key, .limits = f.limits, .grace_seconds = f.grace};
   KILN_ASSIGN_OR_RETURN(options.pipeline.passes, pass_options(f.pass_flags));
   KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, options.pipeline.mode, options.pipeline.whole_loop));
@@ -96,6 +98,11 @@ Handler add_serve_command(CLI::App& app) {
                   "on | off: encode each finished run's PNGs on a second thread while the next run starts")
       ->default_val("off")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--model-memory", f->model_memory_mib,
+                  "MiB the loaded models' files may take; past it the least recently used idle model is unloaded and "
+                  "loaded again by its next request (default 0: no bound, every model stays loaded)")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on every request but the page at /");
   cmd->add_option("--grace", f->grace, "on SIGTERM/SIGINT: seconds queued and running jobs may finish before "
                                        "they are cancelled")

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "app/default_model.h"
 #include "models/wan_model.h"
 #include "serve/base64.h"
 #include "serve/model_worker.h"
@@ -126,6 +127,16 @@ JobResult run_video_job(VideoGenerator& generator, Job& job) {
   return std::vector<JobOutput>{{"video/mp4", std::move(*bytes), result->seed}};
 }
 
+// A model's files' bytes: the file, or every file under the folder.
+uintmax_t files_bytes(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return fs::file_size(path, error);
+  uintmax_t total = 0;
+  for (fs::recursive_directory_iterator it(path, error), end; !error && it != end; it.increment(error))
+    if (it->is_regular_file(error)) total += it->file_size(error);
+  return total;
+}
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
@@ -140,10 +151,84 @@ struct Server::Impl {
   struct Model {
     std::string name, path;
     JobKind kind = JobKind::kImage;
+    uintmax_t bytes = 0;  // its files' size: what it counts for against --model-memory
+    // Loaded (one of the two) while in the model cache; guarded by cache_mutex.
     std::unique_ptr<Generator> image;
     std::unique_ptr<VideoGenerator> video;
+    int in_use = 0;         // runs holding it: never unloaded while > 0
+    uint64_t last_use = 0;  // cache_clock when last acquired
+    int64_t loads = 0;
     std::unique_ptr<ModelWorker> worker;
   };
+
+  // The model cache: every model is loaded at start; with --model-memory,
+  // the least recently used idle models are unloaded to keep the loaded ones'
+  // bytes within it, and loaded again by their next run.
+  mutable std::mutex cache_mutex;
+  uint64_t cache_clock = 0;
+
+  Status load(Model& m) {
+    if (m.image || m.video) return ok_status();
+    const uintmax_t budget = options.model_memory_bytes;
+    if (budget) {
+      uintmax_t loaded = 0;
+      for (const auto& other : models) loaded += (other->image || other->video) ? other->bytes : 0;
+      // Oldest first, among the idle ones.
+      while (loaded + m.bytes > budget) {
+        Model* oldest = nullptr;
+        for (const auto& other : models)
+          if ((other->image || other->video) && other->in_use == 0 && (!oldest || other->last_use < oldest->last_use))
+            oldest = other.get();
+        if (!oldest) break;  // the rest are running: go over the budget rather than wait
+        log(fmt::format("unloading {} ({:.0f} MiB) to make room for {}", oldest->name, oldest->bytes / 1048576.0, m.name));
+        oldest->image.reset();
+        oldest->video.reset();
+        loaded -= oldest->bytes;
+      }
+    }
+    if (m.kind == JobKind::kVideo) {
+      KILN_ASSIGN_OR_RETURN(m.video, VideoGenerator::open(m.path, options.video));
+    } else {
+      KILN_ASSIGN_OR_RETURN(m.image, Generator::open({.model = m.path, .pipeline = options.pipeline}));
+    }
+    ++m.loads;
+    return ok_status();
+  }
+
+  // The model, loaded, for one run of its worker.
+  Status acquire(Model& m) {
+    std::lock_guard lock(cache_mutex);
+    KILN_RETURN_IF_ERROR(load(m));
+    ++m.in_use;
+    m.last_use = ++cache_clock;
+    return ok_status();
+  }
+  void release(Model& m) {
+    std::lock_guard lock(cache_mutex);
+    --m.in_use;
+  }
+
+  std::vector<PendingResult> run_jobs(Model& m, const std::vector<Job*>& jobs) {
+    if (Status s = acquire(m); !s.ok())
+      return std::vector<PendingResult>(jobs.size(), [s] { return JobResult(s); });
+    std::vector<PendingResult> results;
+    if (m.kind == JobKind::kVideo) {
+      // The MP4 is written as the VAE decodes: nothing is left to encode after the run.
+      auto result = std::make_shared<JobResult>(run_video_job(*m.video, *jobs[0]));
+      results = {[result] { return std::move(*result); }};
+    } else {
+      results = run_image_jobs(*m.image, jobs);
+    }
+    release(m);
+    return results;
+  }
+
+  // Requests of one shape share a run when --batch allows it (and the model is loaded to say which).
+  std::string batch_key(Model& m, const Job& job) {
+    std::lock_guard lock(cache_mutex);
+    const GenerationRequest& r = job.request.image;
+    return m.image && m.image->batchable(r) ? Generator::batch_key(r) : std::string();
+  }
 
   ServeOptions options;
   std::vector<std::unique_ptr<Model>> models;
@@ -418,6 +503,14 @@ struct Server::Impl {
     for (const auto& [name, f] : figures)
       out += fmt::format("kiln_images_per_second{{model=\"{}\"}} {}\n", name,
                          f.busy_seconds > 0 ? double(f.outputs) / f.busy_seconds : 0.0);
+    {
+      std::lock_guard lock(cache_mutex);
+      family("kiln_model_loaded", "gauge", "1 while the model is in the model cache.");
+      for (const auto& m : models)
+        out += fmt::format("kiln_model_loaded{{model=\"{}\"}} {}\n", m->name, int(m->image || m->video));
+      family("kiln_model_loads_total", "counter", "Times the model was loaded (start included).");
+      for (const auto& m : models) out += fmt::format("kiln_model_loads_total{{model=\"{}\"}} {}\n", m->name, m->loads);
+    }
     family("kiln_draining", "gauge", "1 while shutting down.");
     out += fmt::format("kiln_draining {}\n", int(draining.load()));
     return out;
@@ -576,38 +669,32 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
   impl->options = options;
   std::vector<std::string> paths = options.models;
   if (paths.empty()) paths.push_back("");  // the default model
+  // Each model is loaded once here, so a bad one stops the server before it listens.
   for (const std::string& path : paths) {
     auto m = std::make_unique<Impl::Model>();
     Impl::Model& model = *m;
-    if (!path.empty() && is_wan_folder(path)) {
-      model.kind = JobKind::kVideo;
-      KILN_ASSIGN_OR_RETURN(model.video, VideoGenerator::open(path, options.video));
-      model.name = model.video->model_name();
-      // The MP4 is written as the VAE decodes: nothing is left to encode after the run.
-      model.worker = std::make_unique<ModelWorker>(
-          model.name,
-          [&model](const std::vector<Job*>& jobs) {
-            auto result = std::make_shared<JobResult>(run_video_job(*model.video, *jobs[0]));
-            return std::vector<PendingResult>{[result] { return std::move(*result); }};
-          },
-          WorkerOptions{.capacity = options.queue});
-    } else {
-      KILN_ASSIGN_OR_RETURN(model.image, Generator::open({.model = path, .pipeline = options.pipeline}));
-      model.name = model.image->model_name();
-      // Requests of one shape share a run when --batch allows it.
-      const WorkerOptions worker{.capacity = options.queue,
-                                 .batch_images = options.batch_images,
-                                 .batch_key = [&model](const Job& job) {
-                                   const GenerationRequest& r = job.request.image;
-                                   return model.image->batchable(r) ? Generator::batch_key(r) : std::string();
-                                 },
-                                 .overlap_encoding = options.overlap_encoding};
-      model.worker = std::make_unique<ModelWorker>(
-          model.name, [&model](const std::vector<Job*>& jobs) { return run_image_jobs(*model.image, jobs); }, worker);
+    model.kind = !path.empty() && is_wan_folder(path) ? JobKind::kVideo : JobKind::kImage;
+    model.path = path;
+    if (path.empty()) { KILN_ASSIGN_OR_RETURN(model.path, find_default_model()); }
+    model.bytes = files_bytes(model.path);
+    if (options.model_memory_bytes && model.bytes > options.model_memory_bytes)
+      return invalid_argument("--model-memory {:.0f} MiB is less than {}'s {:.0f} MiB", options.model_memory_bytes / 1048576.0,
+                              model.path, model.bytes / 1048576.0);
+    {
+      std::lock_guard lock(impl->cache_mutex);
+      KILN_RETURN_IF_ERROR(impl->load(model));
+      model.last_use = ++impl->cache_clock;
     }
-    model.path = path.empty() ? model.image->model_path() : path;
+    model.name = model.video ? model.video->model_name() : model.image->model_name();
     for (const auto& other : impl->models)
       if (other->name == model.name) return invalid_argument("two models are named '{}': {} and {}", model.name, other->path, path);
+    Impl* server = impl.get();
+    const WorkerOptions worker{.capacity = options.queue,
+                               .batch_images = model.kind == JobKind::kImage ? options.batch_images : 1,
+                               .batch_key = [server, &model](const Job& job) { return server->batch_key(model, job); },
+                               .overlap_encoding = options.overlap_encoding};
+    model.worker = std::make_unique<ModelWorker>(
+        model.name, [server, &model](const std::vector<Job*>& jobs) { return server->run_jobs(model, jobs); }, worker);
     impl->models.push_back(std::move(m));
   }
   impl->http.set_payload_max_length(options.limits.max_body_bytes);

@@ -33,6 +33,10 @@ struct ServeOptions {
   size_t queue = 16;     // jobs waiting per model
   int batch_images = 1;  // queued requests of one shape run together up to this many images (1: each alone)
   bool overlap_encoding = false;  // PNG encoding on a second thread beside the next run
+  // The loaded models' files may take this many bytes (0: no bound): past
+  // it, the least recently used idle model is unloaded, and loaded again by
+  // its next request.
+  uintmax_t model_memory_bytes = 0;
   std::string api_key;   // required when host is not a loopback address
   ServeLimits limits;
   double grace_seconds = 30;  // shutdown: how long queued and running work may finish

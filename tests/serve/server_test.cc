@@ -351,6 +351,33 @@ TEST(ServeAlone, EncodingBesideTheNextRunGivesTheSamePngs) {
     expect_same_pixels(b64_pixels(pngs[size_t(k)]), generate_pixels(fmt::format("--prompt 'a red circle' --steps 5 --seed {}", 60 + k)));
 }
 
+// Two models whose files (shapes 20.2 MiB, tiny-sd 4.2 MiB) do not fit 22
+// MiB together: each request for the unloaded one unloads the other first.
+TEST(ServeAlone, TheModelCacheKeepsToItsMemoryBound) {
+  const std::string shapes = KILN_SOURCE_DIR "/models/shapes", tiny = KILN_SOURCE_DIR "/tests/models/tiny-sd";
+  ServeProcess server({"--model", shapes, "--model", tiny, "--model-memory", "22"});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  auto loads = [&](const std::string& model) {
+    const std::string metrics = c.Get("/metrics")->body;
+    std::smatch m;
+    const bool found = std::regex_search(metrics, m, std::regex("kiln_model_loads_total\\{model=\"" + model + "\"\\} (\\d+)"));
+    return found ? std::stoi(m[1]) : -1;
+  };
+  EXPECT_EQ(loads("shapes"), 1);  // loaded at start to check it, then unloaded for tiny-sd
+  EXPECT_EQ(loads("tiny-sd"), 1);
+  const json r = post_json(c, "/v1/images/generations", {{"model", "shapes"}, {"prompt", "a red circle"}, {"steps", 4}, {"seed", 8}}, 200);
+  expect_same_pixels(b64_pixels(r["data"][0]["b64_json"]), generate_pixels("--prompt 'a red circle' --steps 4 --seed 8"));
+  EXPECT_EQ(loads("shapes"), 2);
+  post_json(c, "/v1/images/generations", {{"model", "tiny-sd"}, {"prompt", "a cat"}, {"steps", 2}}, 200);
+  post_json(c, "/v1/images/generations", {{"model", "tiny-sd"}, {"prompt", "a dog"}, {"steps", 2}}, 200);
+  EXPECT_EQ(loads("tiny-sd"), 2);  // once more after shapes took its place, then kept
+  EXPECT_NE(c.Get("/metrics")->body.find("kiln_model_loaded{model=\"shapes\"} 0"), std::string::npos);
+  // A bound below one model's files is refused at start.
+  const std::string command = fmt::format("{} serve --port 0 --model {} --model-memory 5 2>/dev/null", KILN_BINARY, shapes);
+  EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
+}
+
 TEST(ServeAlone, TheApiKeyIsRequired) {
   ServeProcess server({"--api-key", "s3cret"});
   ASSERT_GT(server.port(), 0);
