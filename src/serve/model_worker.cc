@@ -170,20 +170,32 @@ void ModelWorker::encode_loop() {
 }
 
 void ModelWorker::finish(Encoding run) {
-  for (size_t i = 0; i < run.jobs.size(); ++i)  // finish() keeps a job's first ending: a cancel during the batch
-    run.jobs[i]->finish(i < run.results.size() && run.results[i] ? run.results[i]()
-                                                                  : JobResult(Status(StatusCode::kCancelled, "cancelled")));
-  std::lock_guard lock(mutex_);
-  ++figures_.runs;
-  for (const auto& job : run.jobs) {
-    const JobSnapshot s = job->snapshot();
-    figures_.busy_seconds += s.seconds / double(run.jobs.size());
-    const int timed = std::max(0, s.step - 1);  // the first step's interval is not a step's time (job.h)
-    if (job == run.jobs[0]) figures_.steps_timed += timed, figures_.step_seconds += s.step_seconds * timed;
-    if (s.state == JobState::kDone) ++figures_.done, figures_.outputs += int64_t(s.outputs);
-    else if (s.state == JobState::kFailed) ++figures_.failed;
-    else ++figures_.cancelled;
+  std::vector<JobResult> results;
+  for (size_t i = 0; i < run.jobs.size(); ++i)
+    results.push_back(i < run.results.size() && run.results[i] ? run.results[i]()
+                                                               : JobResult(Status(StatusCode::kCancelled, "cancelled")));
+  // Counted before the jobs end, so a client that has seen its job end sees it in /metrics too.
+  {
+    std::lock_guard lock(mutex_);
+    ++figures_.runs;
+    for (size_t i = 0; i < run.jobs.size(); ++i) {
+      const JobSnapshot s = run.jobs[i]->snapshot();
+      figures_.busy_seconds += s.seconds / double(run.jobs.size());
+      const int timed = std::max(0, s.step - 1);  // the first step's interval is not a step's time (job.h)
+      if (i == 0) figures_.steps_timed += timed, figures_.step_seconds += s.step_seconds * timed;
+      // A job cancelled inside its batch has ended already; the others end with their result.
+      const bool ended = job_state_final(s.state);
+      if (ended ? s.state == JobState::kDone : results[i].ok()) {
+        ++figures_.done;
+        figures_.outputs += int64_t(ended ? s.outputs : results[i]->size());
+      } else if (ended ? s.state == JobState::kFailed : results[i].status().code() != StatusCode::kCancelled) {
+        ++figures_.failed;
+      } else {
+        ++figures_.cancelled;
+      }
+    }
   }
+  for (size_t i = 0; i < run.jobs.size(); ++i) run.jobs[i]->finish(std::move(results[i]));  // the first ending counts
 }
 
 }  // namespace kiln::serve
