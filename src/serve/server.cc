@@ -236,7 +236,6 @@ struct Server::Impl {
   std::atomic<bool> draining{false}, listen_returned{false};
   std::atomic<int> open_streams{0};
   std::thread drainer;
-  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   mutable std::mutex mutex;  // guards the two below
   size_t current_model = 0;  // A1111's sd_model_checkpoint: the model a request naming none gets
@@ -249,7 +248,7 @@ struct Server::Impl {
 
   // ---- models and jobs ----
 
-  // The loaded model `name` names (its name, path, or A1111's "name [hash]" title); empty: the current one.
+  // The model `name` names (its name, path, or A1111's "name [hash]" title); empty: the current one.
   Model* find_model(const std::string& name, httplib::Response& res) {
     std::lock_guard lock(mutex);
     if (name.empty()) return models[current_model].get();
@@ -257,7 +256,7 @@ struct Server::Impl {
       if (name == m->name || name == m->path || name.starts_with(m->name + " [")) return m.get();
     std::vector<std::string> names;
     for (const auto& m : models) names.push_back(m->name);
-    send_error(res, 400, fmt::format("model: '{}' is not loaded (loaded: {})", name, fmt::join(names, ", ")), "model");
+    send_error(res, 400, fmt::format("model: this server has no model '{}' (its models: {})", name, fmt::join(names, ", ")), "model");
     return nullptr;
   }
 
@@ -308,8 +307,8 @@ struct Server::Impl {
 
   // A synchronous endpoint's wait: the job's outputs, or false after answering its error.
   bool wait_outputs(const Job& job, httplib::Response& res) {
-    while (!job.wait_final(milliseconds(1000))) {
-    }
+    // Every job ends: a shutdown cancels what its grace period leaves.
+    while (!job.wait_final(milliseconds(1000))) continue;
     const JobSnapshot s = job.snapshot();
     if (s.state == JobState::kDone) return true;
     if (s.state == JobState::kCancelled) send_error(res, 409, "the job was cancelled", "", "cancelled");
@@ -657,6 +656,7 @@ struct Server::Impl {
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() {
+  impl_->listen_returned = true;  // run() has returned by now, or never ran: nothing to stop
   shutdown();
   if (impl_->drainer.joinable()) impl_->drainer.join();
 }
