@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
     else if (a == "--model") l.model = value();
     else if (a == "--") l.serve_flags.assign(argv + i + 1, argv + argc), i = argc;
     else {
-      fmt::print(stderr, "kiln_bench_serve: unknown flag '{}' (see the comment at the top of bench/serve_load.cc)\n", a);
+      fmt::print(stderr, "kiln_bench_serve: unknown flag '{}' (see the comment at the top of bench/serve_load.cc)\n",
+                 a);
       return 2;
     }
   }
@@ -122,17 +123,18 @@ int main(int argc, char** argv) {
   if (l.sequential > 0) {
     const auto start = Clock::now();
     for (int i = 0; i < l.sequential; ++i) {
-      const std::string command = fmt::format("{} generate -q{} -p 'a red circle on a blue background' --seed {} "
-                                              "--steps {} -o /tmp/kiln-bench-serve.png",
-                                              KILN_BINARY, model_flag, i, l.steps);
+      const std::string command = fmt::format(
+          "{} generate -q{} -p 'a red circle on a blue background' --seed {} "
+          "--steps {} -o /tmp/kiln-bench-serve.png",
+          KILN_BINARY, model_flag, i, l.steps);
       if (std::system(command.c_str()) != 0) {
         fmt::print(stderr, "kiln_bench_serve: failed: {}\n", command);
         return 1;
       }
     }
     sequential_rate = l.sequential / seconds_since(start);
-    fmt::print("sequential kiln generate: {} images, {:.2f} images/s ({:.3f} s each)\n", l.sequential,
-               sequential_rate, 1 / sequential_rate);
+    fmt::print("sequential kiln generate: {} images, {:.2f} images/s ({:.3f} s each)\n", l.sequential, sequential_rate,
+               1 / sequential_rate);
   }
 
   // 2. The server under load: each request alone, batched, and with encoding beside the next run.
@@ -166,7 +168,8 @@ int main(int argc, char** argv) {
     fmt::print("kiln serve {}, {} clients: {} requests, {:.2f} images/s, p50 {:.3f} s, p99 {:.3f} s\n",
                fmt::join(configuration, " "), l.clients, l.requests, rate, percentile(latency, 0.5),
                percentile(latency, 0.99));
-    if (sequential_rate > 0) fmt::print("  throughput against sequential kiln generate: {:.2f}x\n", rate / sequential_rate);
+    if (sequential_rate > 0)
+      fmt::print("  throughput against sequential kiln generate: {:.2f}x\n", rate / sequential_rate);
     if (!alone) {
       fmt::print("  against every request alone: {:.2f}x the throughput\n", rate / alone_rate);
       continue;

@@ -34,19 +34,24 @@ struct ServeFlags {
 };
 
 Status serve_command(const ServeFlags& f) {
-  serve::ServeOptions options{.models = f.models, .host = f.host, .port = f.port, .queue = f.queue,
+  serve::ServeOptions options{.models = f.models,
+                              .host = f.host,
+                              .port = f.port,
+                              .queue = f.queue,
                               .batch_images = f.batch,
                               .overlap_encoding = f.overlap == "on",
                               .model_memory_bytes = uintmax_t(f.model_memory_mib * 1048576.0),
-                              .api_key = f.api_key, .limits = f.limits, .grace_seconds = f.grace};
+                              .api_key = f.api_key,
+                              .limits = f.limits,
+                              .grace_seconds = f.grace};
   KILN_ASSIGN_OR_RETURN(options.pipeline.passes, pass_options(f.pass_flags));
   KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, options.pipeline.mode, options.pipeline.whole_loop));
   options.pipeline.variant = options.video.variant = f.variant;
   options.video.passes = options.pipeline.passes;
   options.video.mode = options.pipeline.mode;
-  if (!f.quiet) options.log = options.pipeline.log = options.video.log = [](const std::string& line) {
-    fmt::print(stderr, "kiln: {}\n", line);
-  };
+  if (!f.quiet)
+    options.log = options.pipeline.log =
+        options.video.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
   // The signals go to one thread that waits for them; every thread made
   // from here on (the server's, the model's) inherits the block.
   sigset_t stop_signals;
@@ -75,8 +80,9 @@ Status serve_command(const ServeFlags& f) {
 Handler add_serve_command(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "Serve image (and video) generation over HTTP: OpenAI Images API, A1111 /sdapi/v1, kiln's job API "
-               "with progress events, and a web page at /");
+      "serve",
+      "Serve image (and video) generation over HTTP: OpenAI Images API, A1111 /sdapi/v1, kiln's job API "
+      "with progress events, and a web page at /");
   cmd->add_option("-m,--model", f->models,
                   "a model to load (give it again for more): any model kiln generate takes; the first is the "
                   "default; none: kiln's own shapes model");
@@ -104,8 +110,9 @@ Handler add_serve_command(CLI::App& app) {
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on every request but the page at /");
-  cmd->add_option("--grace", f->grace, "on SIGTERM/SIGINT: seconds queued and running jobs may finish before "
-                                       "they are cancelled")
+  cmd->add_option("--grace", f->grace,
+                  "on SIGTERM/SIGINT: seconds queued and running jobs may finish before "
+                  "they are cancelled")
       ->default_val(30)
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--max-pixels", f->limits.max_pixels, "largest width x height a request may ask for")
@@ -117,7 +124,8 @@ Handler add_serve_command(CLI::App& app) {
   cmd->add_option("--max-images", f->limits.max_images, "most images one request may ask for")
       ->default_val(f->limits.max_images)
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--mode", f->mode, "eager | graph | graph-loop | auto, as for kiln generate")->default_val("graph-loop");
+  cmd->add_option("--mode", f->mode, "eager | graph | graph-loop | auto, as for kiln generate")
+      ->default_val("graph-loop");
   cmd->add_option("--variant", f->variant, "a diffusers folder's weights variant, e.g. fp16");
   add_pass_flags(cmd, f->pass_flags);
   cmd->add_flag("-q,--quiet", f->quiet, "print nothing but the address and errors");

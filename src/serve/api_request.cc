@@ -16,10 +16,8 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array kSamplers = {
-    A1111Sampler{"Euler", "euler", "euler_karras"},
-    A1111Sampler{"Euler a", "euler_a", nullptr},
-    A1111Sampler{"DDIM", "ddim", nullptr},
-    A1111Sampler{"DPM++ 2M", "dpmpp_2m", "dpmpp_2m_karras"},
+    A1111Sampler{"Euler", "euler", "euler_karras"}, A1111Sampler{"Euler a", "euler_a", nullptr},
+    A1111Sampler{"DDIM", "ddim", nullptr},          A1111Sampler{"DPM++ 2M", "dpmpp_2m", "dpmpp_2m_karras"},
     A1111Sampler{"UniPC", "unipc", nullptr},
 };
 
@@ -39,7 +37,8 @@ class FieldReader {
     if (!ok() || !has(key)) return fallback;
     if (!at(key).is_string()) return fail(key, "must be a string"), fallback;
     const std::string& s = at(key).get_ref<const std::string&>();
-    if (s.size() > max_bytes) return fail(key, fmt::format("is {} bytes, over the limit of {}", s.size(), max_bytes)), fallback;
+    if (s.size() > max_bytes)
+      return fail(key, fmt::format("is {} bytes, over the limit of {}", s.size(), max_bytes)), fallback;
     return s;
   }
 
@@ -53,7 +52,8 @@ class FieldReader {
       if (!(d >= double(min) && d <= double(max)) || d != std::floor(d)) return fail(key, range), fallback;
       n = int64_t(d);
     } else if (v.is_number_unsigned()) {
-      if (v.get<uint64_t>() > uint64_t(max)) return fail(key, range + fmt::format(", got {}", v.get<uint64_t>())), fallback;
+      if (v.get<uint64_t>() > uint64_t(max))
+        return fail(key, range + fmt::format(", got {}", v.get<uint64_t>())), fallback;
       n = int64_t(v.get<uint64_t>());
     } else if (v.is_number_integer()) {
       n = v.get<int64_t>();
@@ -176,7 +176,8 @@ Parsed<JobRequest> parse_a1111(const json& body, bool img2img, const ServeLimits
   r.width = int(f.integer("width", 0, 0, l.max_side));  // absent: the model's own size
   r.height = int(f.integer("height", 0, 0, l.max_side));
   check_size(f, "width", r.width, r.height, 8, l);
-  const int64_t batch = f.integer("batch_size", 1, 1, l.max_images), iterations = f.integer("n_iter", 1, 1, l.max_images);
+  const int64_t batch = f.integer("batch_size", 1, 1, l.max_images),
+                iterations = f.integer("n_iter", 1, 1, l.max_images);
   if (f.ok() && batch * iterations > l.max_images)
     f.fail("n_iter", fmt::format("batch_size x n_iter is {}, over the limit of {}", batch * iterations, l.max_images));
   r.batch = int(batch * iterations);
@@ -192,7 +193,8 @@ Parsed<JobRequest> parse_a1111(const json& body, bool img2img, const ServeLimits
       else r.scheduler = s.karras;
     }
   }
-  if (f.ok() && !found) f.fail("sampler_name", fmt::format("kiln has no sampler '{}' (see /sdapi/v1/samplers)", sampler));
+  if (f.ok() && !found)
+    f.fail("sampler_name", fmt::format("kiln has no sampler '{}' (see /sdapi/v1/samplers)", sampler));
   if (img2img) {
     if (f.ok() && (!f.has("init_images") || !f.at("init_images").is_array() || f.at("init_images").empty()))
       f.fail("init_images", "img2img needs one image in init_images");
@@ -236,7 +238,8 @@ Parsed<JobRequest> parse_job(const json& body, JobKind kind, const ServeLimits& 
   if (f.ok() && (v.width == 0) != (v.height == 0)) f.fail("width", "give both width and height, or neither");
   check_size(f, "width", v.width, v.height, 32, l);
   if (f.ok() && v.width == 0 && int64_t(1280) * 704 > l.max_pixels)
-    f.fail("width", fmt::format("Wan's default 1280x704 is over the limit of {} pixels; give a smaller size", l.max_pixels));
+    f.fail("width",
+           fmt::format("Wan's default 1280x704 is over the limit of {} pixels; give a smaller size", l.max_pixels));
   v.frames = f.integer("frames", 17, 1, l.max_frames);
   if (f.ok() && v.frames % 4 != 1) f.fail("frames", fmt::format("must be 4k+1 (5, 9, 13, ...), got {}", v.frames));
   v.fps = int(f.integer("fps", 24, 1, 120));

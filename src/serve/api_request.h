@@ -24,23 +24,23 @@
 namespace kiln::serve {
 
 struct ServeLimits {
-  size_t max_body_bytes = size_t(32) << 20;   // a request body (base64 uploads included)
-  size_t max_prompt_bytes = 4000;             // a prompt or negative prompt
-  int max_images = 8;                         // n, batch_size x n_iter
+  size_t max_body_bytes = size_t(32) << 20;  // a request body (base64 uploads included)
+  size_t max_prompt_bytes = 4000;            // a prompt or negative prompt
+  int max_images = 8;                        // n, batch_size x n_iter
   int max_steps = 150;
-  int64_t max_pixels = int64_t(1024) * 1024;  // width x height (a video's frame)
-  int max_side = 2048;                        // width or height
-  size_t max_upload_bytes = size_t(16) << 20; // a decoded image upload
-  int64_t max_frames = 121;                   // a video
+  int64_t max_pixels = int64_t(1024) * 1024;   // width x height (a video's frame)
+  int max_side = 2048;                         // width or height
+  size_t max_upload_bytes = size_t(16) << 20;  // a decoded image upload
+  int64_t max_frames = 121;                    // a video
 };
 
 enum class JobKind { kImage, kVideo };
 
 struct JobRequest {
   JobKind kind = JobKind::kImage;
-  std::string model;             // as the client named it; empty: the server's current model
-  GenerationRequest image;       // kImage: one prompt, `batch` images
-  VideoGenerationRequest video;  // kVideo (where it is written is the server's business)
+  std::string model;                         // as the client named it; empty: the server's current model
+  GenerationRequest image;                   // kImage: one prompt, `batch` images
+  VideoGenerationRequest video;              // kVideo (where it is written is the server's business)
   std::string response_format = "b64_json";  // OpenAI: b64_json, or url (a data: URL)
 };
 
@@ -73,9 +73,9 @@ Parsed<std::string> parse_model_field(const nlohmann::json& body);
 // A1111's sampler (and scheduler) names as kiln's scheduler names; the
 // table the samplers endpoint lists.
 struct A1111Sampler {
-  const char* name;        // "DPM++ 2M"
-  const char* kiln;        // "dpmpp_2m"
-  const char* karras;      // with scheduler "karras": "dpmpp_2m_karras", or null
+  const char* name;    // "DPM++ 2M"
+  const char* kiln;    // "dpmpp_2m"
+  const char* karras;  // with scheduler "karras": "dpmpp_2m_karras", or null
 };
 std::span<const A1111Sampler> a1111_samplers();
 

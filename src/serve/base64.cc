@@ -39,8 +39,8 @@ Result<std::vector<uint8_t>> base64_decode(std::string_view text, size_t max_byt
   const size_t decoded = clean.size() / 4 * 3 - padding;
   if (decoded > max_bytes) return invalid_argument("{} bytes, over the limit of {}", decoded, max_bytes);
   std::vector<uint8_t> out(clean.size() / 4 * 3);
-  if (!clean.empty() && EVP_DecodeBlock(out.data(), reinterpret_cast<const unsigned char*>(clean.data()),
-                                        int(clean.size())) < 0)
+  if (!clean.empty() &&
+      EVP_DecodeBlock(out.data(), reinterpret_cast<const unsigned char*>(clean.data()), int(clean.size())) < 0)
     return invalid_argument("not base64");
   out.resize(decoded);
   return out;

@@ -36,7 +36,8 @@ Job::Job(std::string id_, std::string model_, JobRequest request_)
     : id(std::move(id_)),
       model(std::move(model_)),
       request(std::move(request_)),
-      created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+      created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count()) {}
 
 void Job::publish(std::string type, nlohmann::json data) {
   events_.push_back({std::move(type), std::move(data)});

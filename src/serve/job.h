@@ -26,7 +26,9 @@ namespace kiln::serve {
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };
 const char* job_state_name(JobState state);  // "queued", "running", "done", "failed", "cancelled"
-inline bool job_state_final(JobState s) { return s == JobState::kDone || s == JobState::kFailed || s == JobState::kCancelled; }
+inline bool job_state_final(JobState s) {
+  return s == JobState::kDone || s == JobState::kFailed || s == JobState::kCancelled;
+}
 
 struct JobOutput {
   std::string content_type;  // image/png, video/mp4
@@ -42,12 +44,12 @@ struct JobEvent {
 // What the status endpoints show, read at one instant.
 struct JobSnapshot {
   JobState state = JobState::kQueued;
-  std::string stage;  // "", encoding, denoising, decoding
+  std::string stage;        // "", encoding, denoising, decoding
   int step = 0, steps = 0;  // steps done, of how many
   std::string error;
   StatusCode error_code = StatusCode::kOk;
   size_t outputs = 0;
-  double seconds = 0;  // running time so far, or in all
+  double seconds = 0;       // running time so far, or in all
   double step_seconds = 0;  // the mean time of a denoise step (0 until two steps)
 };
 

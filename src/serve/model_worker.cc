@@ -172,8 +172,9 @@ void ModelWorker::encode_loop() {
 void ModelWorker::finish(Encoding run) {
   std::vector<JobResult> results;
   for (size_t i = 0; i < run.jobs.size(); ++i)
-    results.push_back(i < run.results.size() && run.results[i] ? run.results[i]()
-                                                               : JobResult(Status(StatusCode::kCancelled, "cancelled")));
+    results.push_back(i < run.results.size() && run.results[i]
+                          ? run.results[i]()
+                          : JobResult(Status(StatusCode::kCancelled, "cancelled")));
   // Counted before the jobs end, so a client that has seen its job end sees it in /metrics too.
   {
     std::lock_guard lock(mutex_);

@@ -46,11 +46,11 @@ struct WorkerFigures {
   size_t queued = 0;
   bool running = false;
   int64_t done = 0, failed = 0, cancelled = 0;
-  int64_t steps_timed = 0;      // denoise steps with a measured time
-  double step_seconds = 0;      // their total time
-  int64_t outputs = 0;          // images and videos made
-  int64_t runs = 0;             // batches run (a lone job is a batch of one)
-  double busy_seconds = 0;      // time spent running jobs
+  int64_t steps_timed = 0;  // denoise steps with a measured time
+  double step_seconds = 0;  // their total time
+  int64_t outputs = 0;      // images and videos made
+  int64_t runs = 0;         // batches run (a lone job is a batch of one)
+  double busy_seconds = 0;  // time spent running jobs
 };
 
 class ModelWorker {

@@ -78,7 +78,8 @@ PendingResult png_outputs(Result<std::vector<GeneratedImage>> images) {
     if (!held->ok()) return held->status();
     std::vector<JobOutput> outputs;
     for (const GeneratedImage& image : **held) {
-      KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> png, encode_png(image.rgb.data(), image.width, image.height, image.text));
+      KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> png,
+                            encode_png(image.rgb.data(), image.width, image.height, image.text));
       outputs.push_back({"image/png", std::move(png), image.seed});
     }
     return outputs;
@@ -91,7 +92,8 @@ PendingResult png_outputs(Result<std::vector<GeneratedImage>> images) {
 std::vector<PendingResult> run_image_jobs(Generator& generator, const std::vector<Job*>& jobs) {
   const GenerationProgress progress = [&](size_t, int i, int steps) {
     for (Job* job : jobs) {
-      if (job->cancel_requested) job->finish(Status(StatusCode::kCancelled, fmt::format("cancelled after step {}", i + 1)));
+      if (job->cancel_requested)
+        job->finish(Status(StatusCode::kCancelled, fmt::format("cancelled after step {}", i + 1)));
       job->step(i, steps);
       if (i + 1 == steps) job->decoding(0, 1);  // the VAE runs next
     }
@@ -101,7 +103,8 @@ std::vector<PendingResult> run_image_jobs(Generator& generator, const std::vecto
   };
   if (jobs.size() == 1) {
     Result<GenerationResult> result = generator.generate(jobs[0]->request.image, progress, cancelled);
-    return {png_outputs(result.ok() ? Result<std::vector<GeneratedImage>>(std::move(result->images)) : result.status())};
+    return {
+        png_outputs(result.ok() ? Result<std::vector<GeneratedImage>>(std::move(result->images)) : result.status())};
   }
   std::vector<GenerationRequest> requests;
   for (Job* job : jobs) requests.push_back(job->request.image);
@@ -180,7 +183,8 @@ struct Server::Impl {
           if ((other->image || other->video) && other->in_use == 0 && (!oldest || other->last_use < oldest->last_use))
             oldest = other.get();
         if (!oldest) break;  // the rest are running: go over the budget rather than wait
-        log(fmt::format("unloading {} ({:.0f} MiB) to make room for {}", oldest->name, oldest->bytes / 1048576.0, m.name));
+        log(fmt::format("unloading {} ({:.0f} MiB) to make room for {}", oldest->name, oldest->bytes / 1048576.0,
+                        m.name));
         oldest->image.reset();
         oldest->video.reset();
         loaded -= oldest->bytes;
@@ -209,8 +213,7 @@ struct Server::Impl {
   }
 
   std::vector<PendingResult> run_jobs(Model& m, const std::vector<Job*>& jobs) {
-    if (Status s = acquire(m); !s.ok())
-      return std::vector<PendingResult>(jobs.size(), [s] { return JobResult(s); });
+    if (Status s = acquire(m); !s.ok()) return std::vector<PendingResult>(jobs.size(), [s] { return JobResult(s); });
     std::vector<PendingResult> results;
     if (m.kind == JobKind::kVideo) {
       // The MP4 is written as the VAE decodes: nothing is left to encode after the run.
@@ -256,7 +259,9 @@ struct Server::Impl {
       if (name == m->name || name == m->path || name.starts_with(m->name + " [")) return m.get();
     std::vector<std::string> names;
     for (const auto& m : models) names.push_back(m->name);
-    send_error(res, 400, fmt::format("model: this server has no model '{}' (its models: {})", name, fmt::join(names, ", ")), "model");
+    send_error(res, 400,
+               fmt::format("model: this server has no model '{}' (its models: {})", name, fmt::join(names, ", ")),
+               "model");
     return nullptr;
   }
 
@@ -374,8 +379,10 @@ struct Server::Impl {
     if (!job || !wait_outputs(*job, res)) return;
     json images = json::array(), seeds = json::array();
     for (const JobOutput& o : job->outputs()) images.push_back(base64_encode(o.bytes)), seeds.push_back(o.seed);
-    const json info = {{"seed", seeds.empty() ? json(nullptr) : seeds[0]}, {"all_seeds", seeds},
-                       {"sd_model_name", model->name}, {"job", job->id}};
+    const json info = {{"seed", seeds.empty() ? json(nullptr) : seeds[0]},
+                       {"all_seeds", seeds},
+                       {"sd_model_name", model->name},
+                       {"job", job->id}};
     if (body.is_object()) body.erase("init_images");  // not echoed back: it may be megabytes
     send_json(res, {{"images", images}, {"parameters", body}, {"info", info.dump()}});
   }
@@ -445,8 +452,7 @@ struct Server::Impl {
     bool cancelled = false;
     for (const auto& m : models)
       if (m->name == job->model) cancelled = m->worker->cancel(*job);
-    if (!cancelled)
-      return send_error(res, 409, fmt::format("job {} has already ended", job->id), "id");
+    if (!cancelled) return send_error(res, 409, fmt::format("job {} has already ended", job->id), "id");
     log(fmt::format("{} cancelled", job->id));
     send_json(res, job_json(*job));
   }
@@ -467,8 +473,8 @@ struct Server::Impl {
           for (const JobEvent& e : events) text += fmt::format("event: {}\ndata: {}\n\n", e.type, e.data.dump());
           seen += events.size();
           if (!sink.write(text.data(), text.size())) return false;
-          if (!events.empty() && (events.back().type == "done" || events.back().type == "failed" ||
-                                  events.back().type == "cancelled"))
+          if (!events.empty() &&
+              (events.back().type == "done" || events.back().type == "failed" || events.back().type == "cancelled"))
             sink.done();
           return true;
         },
@@ -485,7 +491,8 @@ struct Server::Impl {
     family("kiln_queue_length", "gauge", "Jobs waiting to run.");
     for (const auto& [name, f] : figures) out += fmt::format("kiln_queue_length{{model=\"{}\"}} {}\n", name, f.queued);
     family("kiln_jobs_running", "gauge", "Jobs running now.");
-    for (const auto& [name, f] : figures) out += fmt::format("kiln_jobs_running{{model=\"{}\"}} {}\n", name, int(f.running));
+    for (const auto& [name, f] : figures)
+      out += fmt::format("kiln_jobs_running{{model=\"{}\"}} {}\n", name, int(f.running));
     family("kiln_jobs_total", "counter", "Jobs ended, by how.");
     for (const auto& [name, f] : figures)
       for (const auto& [state, n] : {std::pair{"done", f.done}, {"failed", f.failed}, {"cancelled", f.cancelled}})
@@ -495,7 +502,8 @@ struct Server::Impl {
       out += fmt::format("kiln_step_seconds_sum{{model=\"{}\"}} {}\nkiln_step_seconds_count{{model=\"{}\"}} {}\n", name,
                          f.step_seconds, name, f.steps_timed);
     family("kiln_outputs_total", "counter", "Images and videos made.");
-    for (const auto& [name, f] : figures) out += fmt::format("kiln_outputs_total{{model=\"{}\"}} {}\n", name, f.outputs);
+    for (const auto& [name, f] : figures)
+      out += fmt::format("kiln_outputs_total{{model=\"{}\"}} {}\n", name, f.outputs);
     family("kiln_runs_total", "counter", "Generations run: a batch of requests counts once.");
     for (const auto& [name, f] : figures) out += fmt::format("kiln_runs_total{{model=\"{}\"}} {}\n", name, f.runs);
     family("kiln_images_per_second", "gauge", "Outputs made per second of running jobs.");
@@ -518,7 +526,9 @@ struct Server::Impl {
   json models_json() const {
     json data = json::array();
     for (const auto& m : models)
-      data.push_back({{"id", m->name}, {"object", "model"}, {"owned_by", "kiln"},
+      data.push_back({{"id", m->name},
+                      {"object", "model"},
+                      {"owned_by", "kiln"},
                       {"kind", m->kind == JobKind::kVideo ? "video" : "image"}});
     return {{"object", "list"}, {"data", data}};
   }
@@ -546,7 +556,8 @@ struct Server::Impl {
     http.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty() || res.is_chunked_content_provider_) return;
       if (res.status == 413)
-        send_error(res, 400, fmt::format("the body is over the limit of {} bytes", options.limits.max_body_bytes), "body");
+        send_error(res, 400, fmt::format("the body is over the limit of {} bytes", options.limits.max_body_bytes),
+                   "body");
       else if (res.status == 404) send_error(res, 404, "no such endpoint (see /v1/models, /v1/jobs, /sdapi/v1/...)");
       else send_error(res, res.status, fmt::format("HTTP {}: the request could not be served", res.status));
     });
@@ -561,7 +572,9 @@ struct Server::Impl {
       send_error(res, 500, "internal error: " + what, "", "server_error");
     });
 
-    http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kWebPage, "text/html; charset=utf-8"); });
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(kWebPage, "text/html; charset=utf-8");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       json queues = json::object();
       for (const auto& m : models) queues[m->name] = m->worker->figures().queued;
@@ -571,18 +584,24 @@ struct Server::Impl {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { send_json(res, models_json()); });
-    http.Post("/v1/images/generations", [this](const httplib::Request& req, httplib::Response& res) { openai_images(req, res); });
+    http.Post("/v1/images/generations",
+              [this](const httplib::Request& req, httplib::Response& res) { openai_images(req, res); });
 
     http.Post("/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) { jobs_create(req, res); });
     http.Get(R"(/v1/jobs/([A-Za-z0-9-]+))", [this](const httplib::Request& req, httplib::Response& res) {
       if (auto job = find_job(req.matches[1], res)) send_json(res, job_json(*job));
     });
-    http.Get(R"(/v1/jobs/([A-Za-z0-9-]+)/content)", [this](const httplib::Request& req, httplib::Response& res) { jobs_content(req, res); });
-    http.Get(R"(/v1/jobs/([A-Za-z0-9-]+)/events)", [this](const httplib::Request& req, httplib::Response& res) { jobs_events(req, res); });
-    http.Delete(R"(/v1/jobs/([A-Za-z0-9-]+))", [this](const httplib::Request& req, httplib::Response& res) { jobs_cancel(req, res); });
+    http.Get(R"(/v1/jobs/([A-Za-z0-9-]+)/content)",
+             [this](const httplib::Request& req, httplib::Response& res) { jobs_content(req, res); });
+    http.Get(R"(/v1/jobs/([A-Za-z0-9-]+)/events)",
+             [this](const httplib::Request& req, httplib::Response& res) { jobs_events(req, res); });
+    http.Delete(R"(/v1/jobs/([A-Za-z0-9-]+))",
+                [this](const httplib::Request& req, httplib::Response& res) { jobs_cancel(req, res); });
 
-    http.Post("/sdapi/v1/txt2img", [this](const httplib::Request& req, httplib::Response& res) { a1111_generate(req, res, false); });
-    http.Post("/sdapi/v1/img2img", [this](const httplib::Request& req, httplib::Response& res) { a1111_generate(req, res, true); });
+    http.Post("/sdapi/v1/txt2img",
+              [this](const httplib::Request& req, httplib::Response& res) { a1111_generate(req, res, false); });
+    http.Post("/sdapi/v1/img2img",
+              [this](const httplib::Request& req, httplib::Response& res) { a1111_generate(req, res, true); });
     http.Get("/sdapi/v1/options", [this](const httplib::Request&, httplib::Response& res) {
       std::lock_guard lock(mutex);
       send_json(res, {{"sd_model_checkpoint", models[current_model]->name}, {"samples_format", "png"}});
@@ -606,8 +625,12 @@ struct Server::Impl {
       json list = json::array();
       for (const auto& m : models)
         if (m->kind == JobKind::kImage)
-          list.push_back({{"title", m->name}, {"model_name", m->name}, {"hash", nullptr}, {"sha256", nullptr},
-                          {"filename", m->path}, {"config", nullptr}});
+          list.push_back({{"title", m->name},
+                          {"model_name", m->name},
+                          {"hash", nullptr},
+                          {"sha256", nullptr},
+                          {"filename", m->path},
+                          {"config", nullptr}});
       send_json(res, list);
     });
     http.Get("/sdapi/v1/samplers", [](const httplib::Request&, httplib::Response& res) {
@@ -617,7 +640,8 @@ struct Server::Impl {
       send_json(res, list);
     });
     http.Get("/sdapi/v1/schedulers", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, json::array({{{"name", "automatic"}, {"label", "Automatic"}}, {{"name", "karras"}, {"label", "Karras"}}}));
+      send_json(res, json::array({{{"name", "automatic"}, {"label", "Automatic"}},
+                                  {{"name", "karras"}, {"label", "Karras"}}}));
     });
     for (const char* empty : {"/sdapi/v1/upscalers", "/sdapi/v1/latent-upscale-modes", "/sdapi/v1/sd-vae"})
       http.Get(empty, [](const httplib::Request&, httplib::Response& res) { send_json(res, json::array()); });
@@ -675,11 +699,13 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
     Impl::Model& model = *m;
     model.kind = !path.empty() && is_wan_folder(path) ? JobKind::kVideo : JobKind::kImage;
     model.path = path;
-    if (path.empty()) { KILN_ASSIGN_OR_RETURN(model.path, find_default_model()); }
+    if (path.empty()) {
+      KILN_ASSIGN_OR_RETURN(model.path, find_default_model());
+    }
     model.bytes = files_bytes(model.path);
     if (options.model_memory_bytes && model.bytes > options.model_memory_bytes)
-      return invalid_argument("--model-memory {:.0f} MiB is less than {}'s {:.0f} MiB", options.model_memory_bytes / 1048576.0,
-                              model.path, model.bytes / 1048576.0);
+      return invalid_argument("--model-memory {:.0f} MiB is less than {}'s {:.0f} MiB",
+                              options.model_memory_bytes / 1048576.0, model.path, model.bytes / 1048576.0);
     {
       std::lock_guard lock(impl->cache_mutex);
       KILN_RETURN_IF_ERROR(impl->load(model));
@@ -687,7 +713,8 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
     }
     model.name = model.video ? model.video->model_name() : model.image->model_name();
     for (const auto& other : impl->models)
-      if (other->name == model.name) return invalid_argument("two models are named '{}': {} and {}", model.name, other->path, path);
+      if (other->name == model.name)
+        return invalid_argument("two models are named '{}': {} and {}", model.name, other->path, path);
     Impl* server = impl.get();
     const WorkerOptions worker{.capacity = options.queue,
                                .batch_images = model.kind == JobKind::kImage ? options.batch_images : 1,
@@ -710,8 +737,8 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
 
 Status Server::run(const std::function<void(int)>& on_listening) {
   Impl& s = *impl_;
-  const int port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host) :
-                   (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
+  const int port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host)
+                                       : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
   if (port < 0) {
     s.listen_returned = true;
     return invalid_argument("cannot listen on {}:{} (in use, or not an address of this machine)", s.options.host,

@@ -29,19 +29,19 @@ namespace kiln::serve {
 struct ServeOptions {
   std::vector<std::string> models;  // paths; empty: kiln's default model
   std::string host = "127.0.0.1";
-  int port = 7860;       // 0: any free port (run() reports it)
-  size_t queue = 16;     // jobs waiting per model
-  int batch_images = 1;  // queued requests of one shape run together up to this many images (1: each alone)
+  int port = 7860;                // 0: any free port (run() reports it)
+  size_t queue = 16;              // jobs waiting per model
+  int batch_images = 1;           // queued requests of one shape run together up to this many images (1: each alone)
   bool overlap_encoding = false;  // PNG encoding on a second thread beside the next run
   // The loaded models' files may take this many bytes (0: no bound): past
   // it, the least recently used idle model is unloaded, and loaded again by
   // its next request.
   uintmax_t model_memory_bytes = 0;
-  std::string api_key;   // required when host is not a loopback address
+  std::string api_key;  // required when host is not a loopback address
   ServeLimits limits;
-  double grace_seconds = 30;  // shutdown: how long queued and running work may finish
-  PipelineOptions pipeline;       // image models
-  VideoPipelineOptions video;     // video models
+  double grace_seconds = 30;                    // shutdown: how long queued and running work may finish
+  PipelineOptions pipeline;                     // image models
+  VideoPipelineOptions video;                   // video models
   std::function<void(const std::string&)> log;  // a line per request and decision
 };
 

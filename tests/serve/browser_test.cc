@@ -100,8 +100,9 @@ TEST(Browser, ThePageDrawsAPictureFromAPrompt) {
   for (int i = 0; i < 300 && result.empty(); ++i) {
     std::this_thread::sleep_for(100ms);
     const json r = browser.call("Runtime.evaluate",
-                                {{"expression", "JSON.stringify([document.body.dataset.result || '', "
-                                                "document.getElementById('status').textContent])"},
+                                {{"expression",
+                                  "JSON.stringify([document.body.dataset.result || '', "
+                                  "document.getElementById('status').textContent])"},
                                  {"returnByValue", true}},
                                 session);
     ASSERT_TRUE(r.contains("result")) << r.dump();

@@ -19,8 +19,12 @@ using namespace std::chrono_literals;
 std::vector<uint8_t> bytes_of(std::string_view s) { return {s.begin(), s.end()}; }
 
 TEST(Base64, Rfc4648Vectors) {
-  const std::pair<const char*, const char*> vectors[] = {{"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},
-                                                         {"foo", "Zm9v"},  {"foob", "Zm9vYg=="},  {"fooba", "Zm9vYmE="},
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
                                                          {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, encoded] : vectors) {
     EXPECT_EQ(base64_encode(bytes_of(plain)), encoded);
@@ -53,10 +57,18 @@ std::string refused_field(const Parsed<T>& parsed) {
 }
 
 TEST(ApiRequest, OpenAiImages) {
-  Parsed<JobRequest> p = parse_openai_images(
-      json{{"prompt", "a cat"}, {"n", 2}, {"size", "64x48"}, {"seed", 9}, {"steps", 4}, {"guidance_scale", 3.5},
-           {"negative_prompt", "dogs"}, {"scheduler", "ddim"}, {"model", "shapes"}, {"quality", "hd"}, {"user", "u"}},
-      {});
+  Parsed<JobRequest> p = parse_openai_images(json{{"prompt", "a cat"},
+                                                  {"n", 2},
+                                                  {"size", "64x48"},
+                                                  {"seed", 9},
+                                                  {"steps", 4},
+                                                  {"guidance_scale", 3.5},
+                                                  {"negative_prompt", "dogs"},
+                                                  {"scheduler", "ddim"},
+                                                  {"model", "shapes"},
+                                                  {"quality", "hd"},
+                                                  {"user", "u"}},
+                                             {});
   ASSERT_EQ(refused_field(p), "");
   const JobRequest& j = std::get<JobRequest>(p);
   EXPECT_EQ(j.model, "shapes");
@@ -71,13 +83,15 @@ TEST(ApiRequest, OpenAiImages) {
   EXPECT_EQ(j.image.scheduler, "ddim");
   EXPECT_EQ(j.response_format, "b64_json");
   // "auto" and nulls: the model's size, a random seed.
-  const JobRequest auto_size = std::get<JobRequest>(parse_openai_images(json{{"prompt", "x"}, {"size", "auto"}, {"seed", nullptr}}, {}));
+  const JobRequest auto_size =
+      std::get<JobRequest>(parse_openai_images(json{{"prompt", "x"}, {"size", "auto"}, {"seed", nullptr}}, {}));
   EXPECT_EQ(auto_size.image.width, 0);
   EXPECT_FALSE(auto_size.image.seed);
 }
 
 TEST(ApiRequest, EveryViolationNamesItsField) {
-  const ServeLimits limits{.max_prompt_bytes = 10, .max_images = 4, .max_steps = 50, .max_pixels = 256 * 256, .max_side = 512};
+  const ServeLimits limits{
+      .max_prompt_bytes = 10, .max_images = 4, .max_steps = 50, .max_pixels = 256 * 256, .max_side = 512};
   const std::pair<json, const char*> cases[] = {
       {json::array({1, 2}), "<body>"},
       {json{{"n", 1}}, "prompt"},
@@ -100,14 +114,26 @@ TEST(ApiRequest, EveryViolationNamesItsField) {
       {json{{"prompt", "x"}, {"response_format", "jpeg"}}, "response_format"},
       {json{{"prompt", "x"}, {"output_format", "webp"}}, "output_format"},
   };
-  for (const auto& [body, field] : cases) EXPECT_EQ(refused_field(parse_openai_images(body, limits)), field) << body.dump();
+  for (const auto& [body, field] : cases)
+    EXPECT_EQ(refused_field(parse_openai_images(body, limits)), field) << body.dump();
 }
 
 TEST(ApiRequest, A1111IgnoresUnknownFieldsAndMapsSamplers) {
-  const json body = {{"prompt", "a cat"}, {"negative_prompt", "dogs"}, {"steps", 8}, {"cfg_scale", 6}, {"width", 64},
-                     {"height", 64}, {"seed", -1}, {"batch_size", 2}, {"n_iter", 2}, {"sampler_name", "DPM++ 2M"},
-                     {"scheduler", "karras"}, {"enable_hr", false}, {"override_settings", json::object()},
-                     {"alwayson_scripts", json::object()}, {"restore_faces", false}};
+  const json body = {{"prompt", "a cat"},
+                     {"negative_prompt", "dogs"},
+                     {"steps", 8},
+                     {"cfg_scale", 6},
+                     {"width", 64},
+                     {"height", 64},
+                     {"seed", -1},
+                     {"batch_size", 2},
+                     {"n_iter", 2},
+                     {"sampler_name", "DPM++ 2M"},
+                     {"scheduler", "karras"},
+                     {"enable_hr", false},
+                     {"override_settings", json::object()},
+                     {"alwayson_scripts", json::object()},
+                     {"restore_faces", false}};
   Parsed<JobRequest> p = parse_a1111(body, false, {});
   ASSERT_EQ(refused_field(p), "");
   const GenerationRequest& r = std::get<JobRequest>(p).image;
@@ -115,14 +141,18 @@ TEST(ApiRequest, A1111IgnoresUnknownFieldsAndMapsSamplers) {
   EXPECT_EQ(r.batch, 4);
   EXPECT_FALSE(r.seed);  // -1: random
   EXPECT_FLOAT_EQ(r.guidance_scale, 6.0f);
-  EXPECT_EQ(std::get<JobRequest>(parse_a1111(json{{"prompt", "x"}, {"sampler_name", "Euler a"}}, false, {})).image.scheduler,
-            "euler_a");
+  EXPECT_EQ(
+      std::get<JobRequest>(parse_a1111(json{{"prompt", "x"}, {"sampler_name", "Euler a"}}, false, {})).image.scheduler,
+      "euler_a");
   EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"sampler_name", "LMS"}}, false, {})), "sampler_name");
   EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"batch_size", 8}, {"n_iter", 8}}, false, {})), "n_iter");
   EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}}, true, {})), "init_images");
-  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"not base64!"}}}, true, {})), "init_images");
-  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"/9j/4AAQ"}}}, true, {})), "init_images");  // a JPEG
-  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"Zm9vYmFy"}}}, true, {})), "init_images");  // not a PNG
+  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"not base64!"}}}, true, {})),
+            "init_images");
+  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"/9j/4AAQ"}}}, true, {})),
+            "init_images");  // a JPEG
+  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"Zm9vYmFy"}}}, true, {})),
+            "init_images");  // not a PNG
 }
 
 TEST(ApiRequest, VideoJobs) {
@@ -135,8 +165,11 @@ TEST(ApiRequest, VideoJobs) {
   EXPECT_EQ(v.width, 64);
   EXPECT_EQ(v.fps, 8);
   EXPECT_EQ(v.steps, 50);
-  EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"frames", 8}, {"width", 64}, {"height", 64}}, JobKind::kVideo, {})), "frames");
-  EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"width", 48}, {"height", 64}}, JobKind::kVideo, {})), "width");
+  EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"frames", 8}, {"width", 64}, {"height", 64}},
+                                    JobKind::kVideo, {})),
+            "frames");
+  EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"width", 48}, {"height", 64}}, JobKind::kVideo, {})),
+            "width");
   EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"width", 64}}, JobKind::kVideo, {})), "width");
   // Wan's default 1280x704, against a smaller pixel budget.
   EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}}, JobKind::kVideo, {.max_pixels = 512 * 512})), "width");
@@ -218,8 +251,9 @@ TEST(ModelWorker, QueuedJobsOfOneShapeRunAsOneBatch) {
   std::vector<size_t> batches;
   // The key: the steps; a batch holds up to 3 images.
   ModelWorker worker("fake", fake_model(30, 2, &batches),
-                     {.capacity = 8, .batch_images = 3,
-                      .batch_key = [](const Job& j) { return std::to_string(j.request.image.steps); }});
+                     {.capacity = 8, .batch_images = 3, .batch_key = [](const Job& j) {
+                        return std::to_string(j.request.image.steps);
+                      }});
   auto first = new_job(30);
   ASSERT_TRUE(worker.submit(first).ok());
   while (first->snapshot().state != JobState::kRunning) std::this_thread::sleep_for(1ms);

@@ -60,8 +60,8 @@ json post_json(httplib::Client& c, const std::string& path, const json& body, in
 }
 
 // The job's server-sent events, as (type, data), read to the end of the stream.
-std::vector<std::pair<std::string, json>> read_events(httplib::Client& c, const std::string& id,
-                                                      const std::function<void(const std::string&, const json&)>& seen = {}) {
+std::vector<std::pair<std::string, json>> read_events(
+    httplib::Client& c, const std::string& id, const std::function<void(const std::string&, const json&)>& seen = {}) {
   std::vector<std::pair<std::string, json>> events;
   std::string buffer;
   auto res = c.Get(("/v1/jobs/" + id + "/events").c_str(), [&](const char* data, size_t size) {
@@ -92,23 +92,31 @@ TEST_F(Serve, OpenAiImagesEqualKilnGenerate) {
   ASSERT_GT(server_->port(), 0);
   httplib::Client c = server_->client();
   const json r = post_json(c, "/v1/images/generations",
-                           {{"prompt", "a red circle on a blue background"}, {"n", 2}, {"seed", 11}, {"steps", 6},
-                            {"model", "shapes"}, {"response_format", "b64_json"}},
+                           {{"prompt", "a red circle on a blue background"},
+                            {"n", 2},
+                            {"seed", 11},
+                            {"steps", 6},
+                            {"model", "shapes"},
+                            {"response_format", "b64_json"}},
                            200);
   ASSERT_EQ(r["data"].size(), 2u);
-  const RgbImage expected = generate_pixels("--prompt 'a red circle on a blue background' --batch 2 --seed 11 --steps 6 --grid 2");
+  const RgbImage expected =
+      generate_pixels("--prompt 'a red circle on a blue background' --batch 2 --seed 11 --steps 6 --grid 2");
   // The grid puts the two side by side, two grey columns between them.
   const RgbImage first = b64_pixels(r["data"][0]["b64_json"]), second = b64_pixels(r["data"][1]["b64_json"]);
   ASSERT_EQ(expected.width, 2 * first.width + 2);
   for (int y = 0; y < first.height; ++y) {
     const uint8_t* row = expected.rgb.data() + size_t(y) * expected.width * 3;
     ASSERT_TRUE(std::equal(row, row + first.width * 3, first.rgb.data() + size_t(y) * first.width * 3)) << y;
-    ASSERT_TRUE(std::equal(row + (first.width + 2) * 3, row + expected.width * 3, second.rgb.data() + size_t(y) * first.width * 3)) << y;
+    ASSERT_TRUE(std::equal(row + (first.width + 2) * 3, row + expected.width * 3,
+                           second.rgb.data() + size_t(y) * first.width * 3))
+        << y;
   }
   EXPECT_EQ(r["data"][0]["seed"], 11);
   // url: the same PNG as a data: URL.
-  const json u = post_json(c, "/v1/images/generations", {{"prompt", "a red circle on a blue background"}, {"seed", 11},
-                                                         {"steps", 6}, {"response_format", "url"}}, 200);
+  const json u = post_json(
+      c, "/v1/images/generations",
+      {{"prompt", "a red circle on a blue background"}, {"seed", 11}, {"steps", 6}, {"response_format", "url"}}, 200);
   const std::string url = u["data"][0]["url"];
   ASSERT_TRUE(url.starts_with("data:image/png;base64,"));
   expect_same_pixels(b64_pixels(url), first);
@@ -119,25 +127,42 @@ TEST_F(Serve, OpenAiImagesEqualKilnGenerate) {
 TEST_F(Serve, A1111EqualsKilnGenerate) {
   httplib::Client c = server_->client();
   const json r = post_json(c, "/sdapi/v1/txt2img",
-                           {{"prompt", "two green squares"}, {"negative_prompt", ""}, {"steps", 5}, {"cfg_scale", 7.5},
-                            {"width", 64}, {"height", 64}, {"seed", 3}, {"sampler_name", "DDIM"}, {"batch_size", 1},
-                            {"n_iter", 1}, {"enable_hr", false}, {"save_images", false}, {"alwayson_scripts", json::object()}},
+                           {{"prompt", "two green squares"},
+                            {"negative_prompt", ""},
+                            {"steps", 5},
+                            {"cfg_scale", 7.5},
+                            {"width", 64},
+                            {"height", 64},
+                            {"seed", 3},
+                            {"sampler_name", "DDIM"},
+                            {"batch_size", 1},
+                            {"n_iter", 1},
+                            {"enable_hr", false},
+                            {"save_images", false},
+                            {"alwayson_scripts", json::object()}},
                            200);
   ASSERT_EQ(r["images"].size(), 1u);
-  expect_same_pixels(b64_pixels(r["images"][0]),
-                     generate_pixels("--prompt 'two green squares' --steps 5 --seed 3 --scheduler ddim --width 64 --height 64"));
+  expect_same_pixels(
+      b64_pixels(r["images"][0]),
+      generate_pixels("--prompt 'two green squares' --steps 5 --seed 3 --scheduler ddim --width 64 --height 64"));
   EXPECT_EQ(json::parse(r["info"].get<std::string>())["seed"], 3);
   EXPECT_EQ(r["parameters"]["sampler_name"], "DDIM");
   // img2img from that picture, as kiln generate --init-image does it.
   const json i = post_json(c, "/sdapi/v1/img2img",
-                           {{"prompt", "a red circle"}, {"steps", 10}, {"seed", 5}, {"denoising_strength", 0.5}, {"cfg_scale", 7.5},
+                           {{"prompt", "a red circle"},
+                            {"steps", 10},
+                            {"seed", 5},
+                            {"denoising_strength", 0.5},
+                            {"cfg_scale", 7.5},
                             {"init_images", {r["images"][0]}}},
                            200);
   const fs::path init = fs::temp_directory_path() / fmt::format("kiln-serve-init-{}.png", getpid());
   const RgbImage first = b64_pixels(r["images"][0]);
   ASSERT_TRUE(write_png(init.string(), first.rgb.data(), first.width, first.height, {}).ok());
   expect_same_pixels(b64_pixels(i["images"][0]),
-                     generate_pixels(fmt::format("--prompt 'a red circle' --steps 10 --seed 5 --strength 0.5 --scheduler euler --init-image {}", init.string())));
+                     generate_pixels(fmt::format(
+                         "--prompt 'a red circle' --steps 10 --seed 5 --strength 0.5 --scheduler euler --init-image {}",
+                         init.string())));
   fs::remove(init);
 
   const json options = json::parse(c.Get("/sdapi/v1/options")->body);
@@ -155,7 +180,8 @@ TEST_F(Serve, A1111EqualsKilnGenerate) {
 
 TEST_F(Serve, JobStreamsEveryEventInOrder) {
   httplib::Client c = server_->client();
-  const json job = post_json(c, "/v1/jobs", {{"prompt", "a small yellow triangle at the top left"}, {"steps", 7}, {"seed", 21}}, 202);
+  const json job = post_json(c, "/v1/jobs",
+                             {{"prompt", "a small yellow triangle at the top left"}, {"steps", 7}, {"seed", 21}}, 202);
   ASSERT_EQ(job["status"], "queued");
   const std::string id = job["id"];
   const auto events = read_events(c, id);
@@ -241,12 +267,28 @@ TEST_F(Serve, MangledRequestsNeverBreakTheServer) {
   std::mt19937 random(1234);
   const std::vector<std::pair<std::string, json>> valid = {
       {"/v1/images/generations", {{"prompt", "a red circle"}, {"n", 1}, {"size", "64x64"}, {"steps", 2}, {"seed", 1}}},
-      {"/sdapi/v1/txt2img", {{"prompt", "a red circle"}, {"steps", 2}, {"width", 64}, {"height", 64}, {"sampler_name", "Euler"}}},
-      {"/sdapi/v1/img2img", {{"prompt", "x"}, {"steps", 2}, {"init_images", {"iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="}}}},
+      {"/sdapi/v1/txt2img",
+       {{"prompt", "a red circle"}, {"steps", 2}, {"width", 64}, {"height", 64}, {"sampler_name", "Euler"}}},
+      {"/sdapi/v1/img2img",
+       {{"prompt", "x"},
+        {"steps", 2},
+        {"init_images",
+         {"iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="}}}},
       {"/v1/jobs", {{"prompt", "a red circle"}, {"steps", 2}, {"width", 64}, {"height", 64}}},
       {"/sdapi/v1/options", {{"sd_model_checkpoint", "shapes"}}},
   };
-  const std::vector<json> odd_values = {nullptr, true, -1, 0, 1e308, -1e308, 18446744073709551615ull, "", "64x64", json::array(), json::object(), std::string(5000, 'x')};
+  const std::vector<json> odd_values = {nullptr,
+                                        true,
+                                        -1,
+                                        0,
+                                        1e308,
+                                        -1e308,
+                                        18446744073709551615ull,
+                                        "",
+                                        "64x64",
+                                        json::array(),
+                                        json::object(),
+                                        std::string(5000, 'x')};
   int answered = 0;
   for (int round = 0; round < 150; ++round) {
     const auto& [path, body] = valid[random() % valid.size()];
@@ -270,9 +312,11 @@ TEST_F(Serve, MangledRequestsNeverBreakTheServer) {
       default:  // not JSON at all
         text = std::string(random() % 64, char(random() % 256));
     }
-    const httplib::Headers headers = {{"X-Junk", std::string(random() % 100, 'h')}, {"Authorization", "Bearer nothing"}};
-    auto res = random() % 5 == 0 ? c.Put(path.c_str(), headers, text, "application/json")
-                                 : c.Post(path.c_str(), headers, text, random() % 2 ? "application/json" : "text/plain");
+    const httplib::Headers headers = {{"X-Junk", std::string(random() % 100, 'h')},
+                                      {"Authorization", "Bearer nothing"}};
+    auto res = random() % 5 == 0
+                   ? c.Put(path.c_str(), headers, text, "application/json")
+                   : c.Post(path.c_str(), headers, text, random() % 2 ? "application/json" : "text/plain");
     ASSERT_TRUE(res) << "no answer to " << path << " " << text.substr(0, 200);
     if (res->status == 200 || res->status == 202) continue;
     ++answered;
@@ -299,7 +343,8 @@ TEST(ServeAlone, AFullQueueAnswers429) {
   ASSERT_GT(server.port(), 0);
   httplib::Client c = server.client();
   const std::string running = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
-  while (json::parse(c.Get(("/v1/jobs/" + running).c_str())->body)["status"] != "running") std::this_thread::sleep_for(5ms);
+  while (json::parse(c.Get(("/v1/jobs/" + running).c_str())->body)["status"] != "running")
+    std::this_thread::sleep_for(5ms);
   const std::string waiting = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
   auto full = c.Post("/v1/jobs", json{{"prompt", "a red circle"}}.dump(), "application/json");
   ASSERT_EQ(full->status, 429);
@@ -316,21 +361,24 @@ TEST(ServeAlone, QueuedRequestsOfOneShapeRunAsOneBatch) {
   httplib::Client c = server.client();
   // One long job holds the worker while three of one shape queue up behind it.
   const std::string blocker = post_json(c, "/v1/jobs", {{"prompt", "a red circle"}, {"steps", 150}}, 202)["id"];
-  while (json::parse(c.Get(("/v1/jobs/" + blocker).c_str())->body)["status"] != "running") std::this_thread::sleep_for(5ms);
+  while (json::parse(c.Get(("/v1/jobs/" + blocker).c_str())->body)["status"] != "running")
+    std::this_thread::sleep_for(5ms);
   const std::vector<std::string> prompts = {"a red circle", "two green squares", "a blue triangle on the left"};
   std::vector<std::string> ids;
   for (size_t k = 0; k < prompts.size(); ++k)
     ids.push_back(post_json(c, "/v1/jobs", {{"prompt", prompts[k]}, {"steps", 6}, {"seed", 40 + k}}, 202)["id"]);
   for (const std::string& id : ids) read_events(c, id);
   const std::string metrics = c.Get("/metrics")->body;
-  EXPECT_NE(metrics.find("kiln_runs_total{model=\"shapes\"} 2"), std::string::npos) << metrics;  // the blocker, then one batch
+  EXPECT_NE(metrics.find("kiln_runs_total{model=\"shapes\"} 2"), std::string::npos)
+      << metrics;  // the blocker, then one batch
   // Each image is its lone run's, up to rounding in the last bit.
   for (size_t k = 0; k < prompts.size(); ++k) {
     const RgbImage batched = png_pixels(c.Get(("/v1/jobs/" + ids[k] + "/content").c_str())->body);
     const RgbImage alone = generate_pixels(fmt::format("--prompt '{}' --steps 6 --seed {}", prompts[k], 40 + k));
     ASSERT_EQ(batched.rgb.size(), alone.rgb.size());
     int worst = 0;
-    for (size_t i = 0; i < alone.rgb.size(); ++i) worst = std::max(worst, std::abs(int(batched.rgb[i]) - int(alone.rgb[i])));
+    for (size_t i = 0; i < alone.rgb.size(); ++i)
+      worst = std::max(worst, std::abs(int(batched.rgb[i]) - int(alone.rgb[i])));
     EXPECT_LE(worst, 2) << prompts[k];
   }
 }
@@ -343,12 +391,14 @@ TEST(ServeAlone, EncodingBesideTheNextRunGivesTheSamePngs) {
   for (int k = 0; k < 3; ++k)
     clients.emplace_back([&, k] {
       httplib::Client c = server.client();
-      const json r = post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 5}, {"seed", 60 + k}}, 200);
+      const json r =
+          post_json(c, "/v1/images/generations", {{"prompt", "a red circle"}, {"steps", 5}, {"seed", 60 + k}}, 200);
       if (r.contains("data")) pngs[size_t(k)] = r["data"][0]["b64_json"];
     });
   for (auto& t : clients) t.join();
   for (int k = 0; k < 3; ++k)
-    expect_same_pixels(b64_pixels(pngs[size_t(k)]), generate_pixels(fmt::format("--prompt 'a red circle' --steps 5 --seed {}", 60 + k)));
+    expect_same_pixels(b64_pixels(pngs[size_t(k)]),
+                       generate_pixels(fmt::format("--prompt 'a red circle' --steps 5 --seed {}", 60 + k)));
 }
 
 // Two models whose files (shapes 20.2 MiB, tiny-sd 4.2 MiB) do not fit 22
@@ -361,20 +411,24 @@ TEST(ServeAlone, TheModelCacheKeepsToItsMemoryBound) {
   auto loads = [&](const std::string& model) {
     const std::string metrics = c.Get("/metrics")->body;
     std::smatch m;
-    const bool found = std::regex_search(metrics, m, std::regex("kiln_model_loads_total\\{model=\"" + model + "\"\\} (\\d+)"));
+    const bool found =
+        std::regex_search(metrics, m, std::regex("kiln_model_loads_total\\{model=\"" + model + "\"\\} (\\d+)"));
     return found ? std::stoi(m[1]) : -1;
   };
   EXPECT_EQ(loads("shapes"), 1);  // loaded at start to check it, then unloaded for tiny-sd
   EXPECT_EQ(loads("tiny-sd"), 1);
-  const json r = post_json(c, "/v1/images/generations", {{"model", "shapes"}, {"prompt", "a red circle"}, {"steps", 4}, {"seed", 8}}, 200);
-  expect_same_pixels(b64_pixels(r["data"][0]["b64_json"]), generate_pixels("--prompt 'a red circle' --steps 4 --seed 8"));
+  const json r = post_json(c, "/v1/images/generations",
+                           {{"model", "shapes"}, {"prompt", "a red circle"}, {"steps", 4}, {"seed", 8}}, 200);
+  expect_same_pixels(b64_pixels(r["data"][0]["b64_json"]),
+                     generate_pixels("--prompt 'a red circle' --steps 4 --seed 8"));
   EXPECT_EQ(loads("shapes"), 2);
   post_json(c, "/v1/images/generations", {{"model", "tiny-sd"}, {"prompt", "a cat"}, {"steps", 2}}, 200);
   post_json(c, "/v1/images/generations", {{"model", "tiny-sd"}, {"prompt", "a dog"}, {"steps", 2}}, 200);
   EXPECT_EQ(loads("tiny-sd"), 2);  // once more after shapes took its place, then kept
   EXPECT_NE(c.Get("/metrics")->body.find("kiln_model_loaded{model=\"shapes\"} 0"), std::string::npos);
   // A bound below one model's files is refused at start.
-  const std::string command = fmt::format("{} serve --port 0 --model {} --model-memory 5 2>/dev/null", KILN_BINARY, shapes);
+  const std::string command =
+      fmt::format("{} serve --port 0 --model {} --model-memory 5 2>/dev/null", KILN_BINARY, shapes);
   EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
 }
 
@@ -411,7 +465,7 @@ TEST(ServeAlone, SigtermDrainsAndExits0) {
   EXPECT_EQ(exit_code, 0);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().first, "done");  // the running job finished within the grace period
-  EXPECT_EQ(late_status, 503);  // new work while draining
+  EXPECT_EQ(late_status, 503);             // new work while draining
 }
 
 TEST(ServeAlone, VideoJobsGiveKilnGeneratesMp4) {
@@ -423,20 +477,23 @@ TEST(ServeAlone, VideoJobsGiveKilnGeneratesMp4) {
   EXPECT_EQ(models["data"][0]["kind"], "video");
   post_json(c, "/v1/images/generations", {{"prompt", "x"}}, 400);  // a video model makes no images
   const std::string prompt = "A red fox runs through fresh snow in a quiet forest at dawn.";
-  const json job = post_json(c, "/v1/jobs", {{"prompt", prompt}, {"seed", 42}, {"steps", 4}, {"frames", 9}, {"width", 96},
-                                             {"height", 64}}, 202);
+  const json job =
+      post_json(c, "/v1/jobs",
+                {{"prompt", prompt}, {"seed", 42}, {"steps", 4}, {"frames", 9}, {"width", 96}, {"height", 64}}, 202);
   const std::string id = job["id"];
   std::vector<std::string> types;
   for (const auto& [type, data] : read_events(c, id)) types.push_back(type);
-  EXPECT_EQ(types, (std::vector<std::string>{"queued", "started", "step", "step", "step", "step", "decoding", "decoding",
-                                             "decoding", "done"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"queued", "started", "step", "step", "step", "step", "decoding",
+                                             "decoding", "decoding", "done"}));
   auto content = c.Get(("/v1/jobs/" + id + "/content").c_str());
   ASSERT_EQ(content->status, 200);
   EXPECT_EQ(content->get_header_value("Content-Type"), "video/mp4");
   // kiln generate's file for the same request: the same bytes (its MP4s are deterministic).
   const fs::path out = fs::temp_directory_path() / fmt::format("kiln-serve-test-{}.mp4", getpid());
-  const std::string command = fmt::format("{} generate -q -m {} -p '{}' --seed 42 --steps 4 --frames 9 --width 96 "
-                                          "--height 64 -o {}", KILN_BINARY, wan, prompt, out.string());
+  const std::string command = fmt::format(
+      "{} generate -q -m {} -p '{}' --seed 42 --steps 4 --frames 9 --width 96 "
+      "--height 64 -o {}",
+      KILN_BINARY, wan, prompt, out.string());
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream file(out, std::ios::binary);
   const std::string expected((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
