@@ -100,7 +100,8 @@ Result<GenerationResult> Generator::generate(const GenerationRequest& r, const G
         },
         .cancelled = cancelled};
     KILN_ASSIGN_OR_RETURN(Generation g, pipeline_->generate(o));
-    for (int i = 0; i < r.batch; ++i) result.images.push_back(take_image(r, r.prompts[k], result.seed + k, g, size_t(i)));
+    for (int i = 0; i < r.batch; ++i)
+      result.images.push_back(take_image(r, r.prompts[k], result.seed + k, g, size_t(i)));
     result.generations.push_back(std::move(g));
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -21,7 +21,10 @@ int main(int argc, char** argv) {
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "kiln: error: unknown command '%s' (commands: show, run, bench, profile, compile, generate, serve; see kiln --help)\n", argv[1]);
+    std::fprintf(stderr,
+                 "kiln: error: unknown command '%s' (commands: show, run, bench, profile, compile, generate, serve; "
+                 "see kiln --help)\n",
+                 argv[1]);
     return 2;
   }
   try {
