@@ -108,7 +108,7 @@ Handler add_serve_command(CLI::App& app) {
                   "MiB the loaded models' files may take; past it the least recently used idle model is unloaded and "
                   "loaded again by its next request (default 0: no bound, every model stays loaded)")
       ->default_val(0)
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on every request but the page at /");
   cmd->add_option("--grace", f->grace,
                   "on SIGTERM/SIGINT: seconds queued and running jobs may finish before "
