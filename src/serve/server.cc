@@ -704,7 +704,7 @@ Result<std::unique_ptr<Server>> Server::open(const ServeOptions& options) {
     }
     model.bytes = files_bytes(model.path);
     if (options.model_memory_bytes && model.bytes > options.model_memory_bytes)
-      return invalid_argument("--model-memory {:.0f} MiB is less than {}'s {:.0f} MiB",
+      return invalid_argument("--model-memory {:.3g} MiB is less than {}'s {:.3g} MiB",
                               options.model_memory_bytes / 1048576.0, model.path, model.bytes / 1048576.0);
     {
       std::lock_guard lock(impl->cache_mutex);
