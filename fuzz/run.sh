@@ -3,7 +3,7 @@
 #
 #   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (BUILD_DIR from -DKILN_BUILD_FUZZERS=ON)
 #
-# TARGETs: onnx_import onnx_tensor npy safetensors serve_request (default: all), each for
+# TARGETs: onnx_import onnx_tensor npy safetensors serve_request serve_http (default: all), each for
 # SECONDS.
 # The committed corpus (fuzz/corpus/<name>/) is never grown: each run works on
 # a temporary copy. A crash, ASan/UBSan report, timeout (-timeout=10 s per
@@ -20,7 +20,7 @@ build=$(realpath "$1")
 seconds=$2
 shift 2
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(onnx_import onnx_tensor npy safetensors serve_request)
+[[ ${#targets[@]} -eq 0 ]] && targets=(onnx_import onnx_tensor npy safetensors serve_request serve_http)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 work=$(mktemp -d)

@@ -9,10 +9,12 @@
 //   std::thread([&] { wait_for_sigterm(); server->shutdown(); }).detach();
 //   KILN_RETURN_IF_ERROR(server->run([](int port) { fmt::print("listening on {}\n", port); }));
 //
-// Each model has one worker thread and a bounded queue (model_worker.h):
-// HTTP threads only parse, wait and encode. shutdown() answers new work
-// with 503, lets the queues finish for the grace period, cancels what is
-// left, ends the event streams and returns run().
+// This file loads the models (into a cache bounded by model_memory_bytes)
+// and gives each one worker thread and a bounded queue (model_worker.h);
+// the routes, jobs and drain are the HTTP side's (http_api.h). HTTP threads
+// only parse, wait and encode. shutdown() answers new work with 503, lets
+// the queues finish for the grace period, cancels what is left, ends the
+// event streams and returns run().
 #pragma once
 
 #include <functional>
