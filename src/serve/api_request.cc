@@ -7,6 +7,7 @@
 #include <cmath>
 #include <optional>
 
+#include "pipeline/jpeg.h"
 #include "serve/base64.h"
 
 namespace kiln::serve {
@@ -101,15 +102,15 @@ void check_size(FieldReader& f, const char* field, int64_t width, int64_t height
                               l.max_side, l.max_pixels));
 }
 
-// An uploaded picture: base64 (or a data: URL) of a PNG.
+// An uploaded picture: base64 (or a data: URL) of a PNG or a JPEG.
 std::optional<RgbImage> read_image(FieldReader& f, const char* field, const json& value, const ServeLimits& l) {
   if (!f.ok()) return std::nullopt;
-  if (!value.is_string()) return f.fail(field, "must be a base64 PNG (or a data: URL of one)"), std::nullopt;
+  if (!value.is_string()) return f.fail(field, "must be a base64 PNG or JPEG (or a data: URL of one)"), std::nullopt;
   auto bytes = base64_decode(value.get_ref<const std::string&>(), l.max_upload_bytes);
   if (!bytes.ok()) return f.fail(field, bytes.status().message()), std::nullopt;
-  if (bytes->size() >= 3 && (*bytes)[0] == 0xFF && (*bytes)[1] == 0xD8 && (*bytes)[2] == 0xFF)
-    return f.fail(field, "a JPEG; kiln takes PNG images"), std::nullopt;
-  auto image = decode_png(bytes->data(), bytes->size(), "the image", l.max_side);
+  auto image = is_jpeg(bytes->data(), bytes->size())
+                   ? decode_jpeg(bytes->data(), bytes->size(), "the JPEG", l.max_side)
+                   : decode_png(bytes->data(), bytes->size(), "the image", l.max_side);
   if (!image.ok()) return f.fail(field, image.status().message()), std::nullopt;
   return std::move(*image);
 }

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "pipeline/jpeg.h"
 #include "serve/api_request.h"
 #include "serve/base64.h"
 #include "serve/model_worker.h"
@@ -153,6 +156,40 @@ TEST(ApiRequest, A1111IgnoresUnknownFieldsAndMapsSamplers) {
             "init_images");  // a JPEG
   EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {"Zm9vYmFy"}}}, true, {})),
             "init_images");  // not a PNG
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// tests/data/serve/squares.jpg (4:2:0, written by ffmpeg from its testsrc)
+// against ffmpeg's own RGB of it (squares_by_ffmpeg.png).
+TEST(ApiRequest, JpegUploads) {
+  const std::string dir = KILN_SOURCE_DIR "/tests/data/serve/";
+  const std::string jpeg = read_bytes(dir + "squares.jpg");
+  ASSERT_FALSE(jpeg.empty());
+  auto decoded = decode_jpeg(reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size(), "squares.jpg", 4096);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  auto expected = read_png(dir + "squares_by_ffmpeg.png", 4096);
+  ASSERT_TRUE(expected.ok());
+  ASSERT_EQ(decoded->width, 64);
+  ASSERT_EQ(decoded->rgb.size(), expected->rgb.size());
+  int worst = 0;
+  for (size_t i = 0; i < expected->rgb.size(); ++i)
+    worst = std::max(worst, std::abs(int(decoded->rgb[i]) - int(expected->rgb[i])));
+  EXPECT_LE(worst, 2);  // the same libswscale conversion ffmpeg makes (0 here), up to rounding
+  // As an img2img upload: the picture's size is the request's.
+  const std::string b64 = base64_encode(std::span(reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size()));
+  Parsed<JobRequest> p =
+      parse_a1111(json{{"prompt", "x"}, {"init_images", {"data:image/jpeg;base64," + b64}}}, true, {});
+  ASSERT_EQ(refused_field(p), "");
+  EXPECT_EQ(std::get<JobRequest>(p).image.width, 64);
+  // Cut short, or too large for the limit: refused, naming the field.
+  const std::string cut = base64_encode(std::span(reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size() / 3));
+  EXPECT_EQ(refused_field(parse_a1111(json{{"prompt", "x"}, {"init_images", {cut}}}, true, {})), "init_images");
+  EXPECT_EQ(refused_field(parse_job(json{{"prompt", "x"}, {"image", b64}}, JobKind::kImage, {.max_side = 32})),
+            "image");
 }
 
 TEST(ApiRequest, VideoJobs) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "pipeline/jpeg.h"
 #include "pipeline/png.h"
 #include "serve/base64.h"
 #include "serve_process.h"
@@ -163,6 +164,26 @@ TEST_F(Serve, A1111EqualsKilnGenerate) {
                      generate_pixels(fmt::format(
                          "--prompt 'a red circle' --steps 10 --seed 5 --strength 0.5 --scheduler euler --init-image {}",
                          init.string())));
+
+  // img2img from a JPEG upload: the server's decoding of it, as a PNG, is kiln generate's init image.
+  std::ifstream jpeg_file(KILN_SOURCE_DIR "/tests/data/serve/squares.jpg", std::ios::binary);
+  const std::string jpeg((std::istreambuf_iterator<char>(jpeg_file)), std::istreambuf_iterator<char>());
+  const uint8_t* jpeg_bytes = reinterpret_cast<const uint8_t*>(jpeg.data());
+  const json j =
+      post_json(c, "/sdapi/v1/img2img",
+                {{"prompt", "a red circle"},
+                 {"steps", 10},
+                 {"seed", 5},
+                 {"denoising_strength", 0.5},
+                 {"cfg_scale", 7.5},
+                 {"init_images", {"data:image/jpeg;base64," + base64_encode(std::span(jpeg_bytes, jpeg.size()))}}},
+                200);
+  const RgbImage squares = *decode_jpeg(jpeg_bytes, jpeg.size(), "squares.jpg", 4096);
+  ASSERT_TRUE(write_png(init.string(), squares.rgb.data(), squares.width, squares.height, {}).ok());
+  expect_same_pixels(b64_pixels(j["images"][0]),
+                     generate_pixels(fmt::format("--prompt 'a red circle' --steps 10 --seed 5 --strength 0.5 "
+                                                 "--scheduler euler --init-image {}",
+                                                 init.string())));
   fs::remove(init);
 
   const json options = json::parse(c.Get("/sdapi/v1/options")->body);
