@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,17 +51,32 @@ struct Fixture {
   }
 };
 
-// One connection: the input as the request, the answer read to its end.
-std::string exchange(int port, const uint8_t* data, size_t size) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// A connection to the server. Thousands a second run the machine's
+// ephemeral ports low, so a refused connect() is tried again for a while
+// before the server counts as gone.
+int connect_to(int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(uint16_t(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    std::fprintf(stderr, "the server stopped accepting connections\n");
-    std::abort();
+  int error = 0;
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return fd;
+    error = errno;
+    if (fd >= 0) close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  std::fprintf(stderr, "the server stopped accepting connections: %s\n", std::strerror(error));
+  std::abort();
+}
+
+// One connection: the input as the request, the answer read to its end.
+std::string exchange(int port, const uint8_t* data, size_t size) {
+  const int fd = connect_to(port);
+  // Closed with a reset once the answer is in: no TIME_WAIT left holding a port.
+  const linger reset{.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
   const timeval timeout{.tv_sec = 10, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   for (size_t sent = 0; sent < size;) {

@@ -31,8 +31,9 @@ Result<std::vector<uint8_t>> base64_decode(std::string_view text, size_t max_byt
     return invalid_argument("not base64: {} characters", clean.size());
   for (size_t i = 0; i < clean.size() - pad; ++i) {
     const char c = clean[i];
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/')
-      return invalid_argument("not base64: the character '{}' at {}", c, i);
+    const auto byte = static_cast<unsigned char>(c);
+    if (!std::isalnum(byte) && c != '+' && c != '/')  // named by its code: it may be part of a UTF-8 sequence
+      return invalid_argument("not base64: the byte 0x{:02x} at {}", byte, i);
   }
   while (clean.size() % 4) clean.push_back('=');
   const size_t padding = clean.size() - std::min(clean.size(), clean.find_last_not_of('=') + 1);

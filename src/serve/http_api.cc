@@ -26,18 +26,22 @@ constexpr int kSseHeartbeatMs = 15000;  // a comment line this often keeps proxi
 constexpr size_t kFinishedJobsKept = 256;
 constexpr double kFinishedJobSeconds = 600;  // a finished job's outputs stay this long (then 404)
 
+// JSON text that never throws: a message quoting the client's bytes may
+// hold a broken UTF-8 sequence, which becomes U+FFFD instead of a 500.
+std::string json_text(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // The OpenAI error envelope, which every route uses.
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "",
                 const char* type = "invalid_request_error") {
   res.status = status;
   json error = {{"message", message}, {"type", type}, {"code", nullptr}};
   error["param"] = field.empty() ? json(nullptr) : json(field);
-  res.set_content(json{{"error", error}}.dump(), "application/json");
+  res.set_content(json_text(json{{"error", error}}), "application/json");
 }
 
 void send_json(httplib::Response& res, const json& body, int status = 200) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(json_text(body), "application/json");
 }
 
 // The body as JSON, or a 400 naming what is wrong.
@@ -222,7 +226,7 @@ struct HttpApi::Impl {
                        {"sd_model_name", model->name},
                        {"job", job->id}};
     if (body.is_object()) body.erase("init_images");  // not echoed back: it may be megabytes
-    send_json(res, {{"images", images}, {"parameters", body}, {"info", info.dump()}});
+    send_json(res, {{"images", images}, {"parameters", body}, {"info", json_text(info)}});
   }
 
   void a1111_progress(httplib::Response& res) {
@@ -308,7 +312,7 @@ struct HttpApi::Impl {
           const std::vector<JobEvent> events = job->events_after(seen, milliseconds(kSseHeartbeatMs));
           if (!sink.is_writable()) return false;  // the client has gone
           std::string text = events.empty() ? std::string(": keep-alive\n\n") : std::string();
-          for (const JobEvent& e : events) text += fmt::format("event: {}\ndata: {}\n\n", e.type, e.data.dump());
+          for (const JobEvent& e : events) text += fmt::format("event: {}\ndata: {}\n\n", e.type, json_text(e.data));
           seen += events.size();
           if (!sink.write(text.data(), text.size())) return false;
           if (!events.empty() &&

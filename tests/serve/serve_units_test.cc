@@ -47,9 +47,12 @@ TEST(Base64, DataUrlsUnpaddedAndWhitespace) {
 }
 
 TEST(Base64, RefusesWhatIsNotBase64) {
-  for (const char* bad : {"Zm9v!", "Z", "Zm=v", "Zm9vY===", "data:image/png,Zm9v", "data:nocomma", "Zg==Zg=="})
+  for (const char* bad :
+       {"Zm9v!", "Z", "Zm=v", "Zm9vY===", "data:image/png,Zm9v", "data:nocomma", "Zg==Zg==", "abcde\xc3\xa9"})
     EXPECT_FALSE(base64_decode(bad, 100).ok()) << bad;
   EXPECT_EQ(base64_decode("Zm9vYmFy", 5).status().code(), StatusCode::kInvalidArgument);  // 6 bytes over 5
+  // A character outside the alphabet is named by its byte: half a UTF-8 sequence is no text.
+  EXPECT_EQ(base64_decode("abcde\xc3\xa9", 100).status().message(), "not base64: the byte 0xc3 at 5");
 }
 
 // The field a refusal names, or "" when the body was accepted.

@@ -264,6 +264,7 @@ TEST_F(Serve, MalformedRequestsGet400AndTheServerKeepsServing) {
       {"/v1/images/generations", "{\"prompt\": \"x\", \"scheduler\": \"nope\"}"},
       {"/sdapi/v1/txt2img", "{\"prompt\": \"x\", \"width\": 1e9}"},
       {"/sdapi/v1/img2img", "{\"prompt\": \"x\", \"init_images\": [\"%%%not base64\"]}"},
+      {"/sdapi/v1/img2img", "{\"prompt\": \"x\", \"init_images\": [\"abcde\u00e9\"]}"},  // found by serve_http
       {"/v1/jobs", "{\"prompt\": \"x\", \"image\": \"aGVsbG8=\"}"},
       {"/v1/jobs", std::string(40u << 20, ' ')},  // over the 32 MiB body limit
   };
