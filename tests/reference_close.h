@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -28,6 +29,16 @@ inline void expect_close(const std::string& what, const TensorView& got, const T
   EXPECT_LE(max_err, tolerance * max_ref) << what << ": max |err| " << max_err << ", max |ref| " << max_ref;
 }
 
+// `graph` compiled for the shapes of `inputs`, which are bound to it.
+inline Result<std::unique_ptr<Plan>> compile_bound(Graph graph, const NamedTensors& inputs) {
+  std::vector<std::pair<std::string, Shape>> signature;
+  for (const auto& [name, t] : inputs) signature.emplace_back(name, t.shape());
+  KILN_ASSIGN_OR_RETURN(auto dims, input_dims(graph, signature));
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, Plan::compile(std::move(graph), {.dims = dims}));
+  for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(plan->bind_input(name, t.view()));
+  return plan;
+}
+
 // `graph` run eagerly and as a plan on `inputs`: output 0 each time close to `expected`.
 inline void expect_both_ways_close(const std::string& what, Graph graph, const NamedTensors& inputs,
                                    const Tensor& expected) {
@@ -37,13 +48,8 @@ inline void expect_both_ways_close(const std::string& what, Graph graph, const N
     ASSERT_TRUE(out.ok()) << out.status().message();
     expect_close(what + " eager", (*out)[0].view(), expected);
   }
-  std::vector<std::pair<std::string, Shape>> signature;
-  for (const auto& [name, t] : inputs) signature.emplace_back(name, t.shape());
-  auto dims = input_dims(graph, signature);
-  ASSERT_TRUE(dims.ok()) << dims.status().message();
-  auto plan = Plan::compile(std::move(graph), {.dims = *dims});
+  auto plan = compile_bound(std::move(graph), inputs);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  for (const auto& [name, t] : inputs) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
   ASSERT_TRUE((*plan)->run().ok());
   expect_close(what + " graph", (*plan)->output(0), expected);
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "npy/npy.h"
+#include "reference_close.h"
 #include "onnx/onnx_import.h"
 #include "heap_counter/heap_counter.h"
 #include "runtime/eager_executor.h"
@@ -96,13 +97,8 @@ TEST_P(ReferenceModel, FusionKeepsTheFlopCount) {
 TEST_P(ReferenceModel, GraphMatchesPyTorchAndReplayAllocatesNothing) {
   Graph graph = load();
   const NamedTensors given = inputs(graph);
-  std::vector<std::pair<std::string, Shape>> signature;
-  for (const auto& [name, t] : given) signature.emplace_back(name, t.shape());
-  auto dims = input_dims(graph, signature);
-  ASSERT_TRUE(dims.ok()) << dims.status().message();
-  auto plan = Plan::compile(std::move(graph), {.dims = *dims});
+  auto plan = testing::compile_bound(std::move(graph), given);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  for (const auto& [name, t] : given) ASSERT_TRUE((*plan)->bind_input(name, t.view()).ok());
   ASSERT_TRUE((*plan)->run().ok());
   RunProfile profile;
   Status status = (*plan)->run(&profile);

@@ -71,6 +71,15 @@ CASES = [(f"a_cat_{s}", "a cat", "", 1, 4, 7.5, s, 64, 64)
          for s in ("ddim", "euler", "euler_a", "dpmpp_2m", "dpmpp_2m_karras")]
 CASES += [("negative_prompt", "a red circle on a blue background", "green", 7, 6, 5.0, "euler_a", 64, 48),
           ("batch_steps_20", "two green squares", "", 3, 20, 7.5, "euler", 64, 64)]
+# The few-step models' ways, 64 x 64: (name, prompt, seed, steps, guidance,
+# scheduler, timestep spacing). Guidance off (scale <= 1: one UNet pass a
+# step on the prompt alone); the Turbo ones start at t = 999 (trailing); LCM
+# unguided and with the low guidance LCM-LoRA users give it.
+FEW_STEP_CASES = [("unguided_euler", "a cat", 10, 4, 1.0, "euler", None),
+                  ("turbo_1_step", "a cat", 11, 1, 0.0, "euler_a", "trailing"),
+                  ("turbo_4_steps", "a red circle", 12, 4, 0.0, "euler_a", "trailing"),
+                  ("lcm_4_steps", "a cat", 13, 4, 1.0, "lcm", None),
+                  ("lcm_guided", "a red circle", 14, 4, 1.5, "lcm", None)]
 # Image to image from reference/<name>/init.png: (name, prompt, seed, steps,
 # strength, scheduler); the picture is init_picture()'s, 64 x 48.
 IMG2IMG_CASES = [("img2img_dpmpp_2m", "a red circle", 5, 10, 0.6, "dpmpp_2m"),
@@ -235,9 +244,11 @@ TINY_SD = {"max_length": MAX_LENGTH, "factor": 8, "scaling_factor": SCALING_FACT
 
 
 def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, steps, guidance, scheduler, width,
-             height, init=None, strength=None, spec=TINY_SD):
+             height, init=None, strength=None, spec=TINY_SD, spacing=None):
     """The pipeline kiln implements, in PyTorch float32: CFG with a batched
-    uncond/cond pass, the scheduler's update, the VAE decode. With `init`
+    uncond/cond pass (for a guidance scale over 1; otherwise one pass on the
+    prompt alone, as diffusers), the scheduler's update (its timestep spacing
+    `spacing` when given), the VAE decode. With `init`
     (bytes [H, W, 3]), image to image: the encoder's latent drawn with the
     seed's first draws, noised with the next ones to the level of the step
     that `strength` picks, as diffusers' img2img pipeline starts. `spec`
@@ -245,10 +256,14 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
     factor and scaling, the scheduler config."""
     kind, karras = (scheduler[:-len("_karras")], True) if scheduler.endswith("_karras") else (scheduler, False)
     config = dict(spec["scheduler"], use_karras_sigmas=karras)
+    if spacing:
+        config.update(timestep_spacing=spacing)
     sched = scheduler_ref.make(kind, config)
     sched.set_timesteps(steps)
     max_length, factor, scaling = spec["max_length"], spec["factor"], spec["scaling_factor"]
-    ids = torch.tensor([tokenizer(negative, max_length), tokenizer(prompt, max_length)], dtype=torch.int64)
+    guided = guidance > 1
+    texts = [negative, prompt] if guided else [prompt]
+    ids = torch.tensor([tokenizer(t, max_length) for t in texts], dtype=torch.int64)
     with torch.no_grad():
         context = text(ids)[0]
     shape = (1, LATENT_CHANNELS, height // factor, width // factor)
@@ -271,16 +286,17 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
     trajectory = []
     for i in range(first_step, len(sched.timesteps)):
         t = sched.timesteps[i]
-        model_in = torch.cat([latents, latents]) * float(sched.input_scale(i))
+        model_in = (torch.cat([latents, latents]) if guided else latents) * float(sched.input_scale(i))
         with torch.no_grad():
-            out = unet(model_in, torch.full((2,), float(t)), context)
-        uncond, cond = out.chunk(2)
-        guided = uncond + guidance * (cond - uncond)
+            out = unet(model_in, torch.full((model_in.shape[0],), float(t)), context)
+        if guided:
+            uncond, cond = out.chunk(2)
+            out = uncond + guidance * (cond - uncond)
         noise = None
         if sched.needs_noise:
             noise = kiln_rng.normals(seed, next_pair, count).reshape(shape)
             next_pair += pairs
-        latents = torch.from_numpy(np.asarray(sched.step(guided.numpy(), i, latents.numpy(), noise),
+        latents = torch.from_numpy(np.asarray(sched.step(out.numpy(), i, latents.numpy(), noise),
                                               dtype=np.float32))
         trajectory.append(latents.numpy().copy())
     with torch.no_grad():
@@ -312,15 +328,17 @@ def main():
     text, unet, decoder, encoder = networks(vocab_size)
     print(f"== tiny-sd: vocab {vocab_size}")
     write_pipeline(out, text, unet, decoder, encoder, vocab_size)
-    cases = [(*c, None, None, False) for c in CASES]
-    cases += [(name, prompt, "", seed, steps, 7.5, scheduler, 64, 48, init_picture(), strength, False)
+    cases = [(*c, None, None, False, None) for c in CASES]
+    cases += [(name, prompt, "", seed, steps, guidance, scheduler, 64, 64, None, None, False, spacing)
+              for name, prompt, seed, steps, guidance, scheduler, spacing in FEW_STEP_CASES]
+    cases += [(name, prompt, "", seed, steps, 7.5, scheduler, 64, 48, init_picture(), strength, False, None)
               for name, prompt, seed, steps, strength, scheduler in IMG2IMG_CASES]
     # Twice the VAE's 64-pixel tile and more: kiln decodes it in tiles by default.
-    cases.append(("vae_tiling", "a cat", "", 9, 4, 7.5, "euler", 144, 96, None, None, True))
-    for name, prompt, negative, seed, steps, guidance, scheduler, width, height, init, strength, tiled in cases:
+    cases.append(("vae_tiling", "a cat", "", 9, 4, 7.5, "euler", 144, 96, None, None, True, None))
+    for name, prompt, negative, seed, steps, guidance, scheduler, width, height, init, strength, tiled, spacing in cases:
         decode = functools.partial(tiled_decode, decoder) if tiled else decoder
         trajectory, _, pixels = generate(tokenizer, text, unet, decode, encoder, prompt, negative, seed, steps,
-                                         guidance, scheduler, width, height, init, strength)
+                                         guidance, scheduler, width, height, init, strength, spacing=spacing)
         folder = os.path.join(out, "reference", name)
         case = {"prompt": prompt, "negative_prompt": negative, "seed": seed, "steps": steps,
                 "guidance_scale": guidance, "scheduler": scheduler, "width": width, "height": height}
@@ -330,6 +348,8 @@ def main():
             case.update(init_image="init.png", strength=strength)
         if tiled:
             case.update(vae_tiling=True)
+        if spacing:
+            case.update(timestep_spacing=spacing)
         write_reference_case(folder, trajectory, pixels, case)
         print(f"   {name}: final latent max|x| {np.abs(trajectory[-1]).max():.3f}, "
               f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")

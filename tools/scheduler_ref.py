@@ -21,6 +21,7 @@ coefficient form, so the C++ test compares two independent formulations.
     euler_a       EulerAncestralDiscreteScheduler
     dpmpp_2m      DPMSolverMultistepScheduler (dpmsolver++, order 2, midpoint)
     flow_euler    FlowMatchEulerDiscreteScheduler
+    lcm           LCMScheduler (no image to image)
 
 Precision. diffusers keeps the schedule's arrays in float32 (betas,
 alphas_cumprod, sigmas, Euler's timesteps) and so does this module, rounding
@@ -59,6 +60,7 @@ KINDS = {
     "euler_a": "EulerAncestralDiscreteScheduler",
     "dpmpp_2m": "DPMSolverMultistepScheduler",
     "flow_euler": "FlowMatchEulerDiscreteScheduler",
+    "lcm": "LCMScheduler",
 }
 
 # Fields whose non-default value no kiln scheduler implements: field -> default.
@@ -79,6 +81,8 @@ DEFAULTS = {
     "dpmpp_2m": dict(_NOISE_DEFAULTS, timestep_spacing="linspace", use_karras_sigmas=False, final_sigmas_type="zero",
                      lower_order_final=True, euler_at_final=False),
     "flow_euler": {"num_train_timesteps": 1000, "shift": 1.0, "use_karras_sigmas": False},
+    "lcm": dict(_NOISE_DEFAULTS, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                original_inference_steps=50, set_alpha_to_one=True, timestep_scaling=10.0),
 }
 
 
@@ -437,8 +441,57 @@ class FlowMatchEuler(Scheduler):
         return x + (sigma_next - sigma) * v
 
 
+class LCM(NoiseScheduler):
+    """LCMScheduler: consistency estimates on the distillation's timestep
+    grid, renoised to the next timestep with fresh noise."""
+    needs_noise = True
+
+    def __init__(self, config):
+        super().__init__("lcm", config)
+        self.final_alpha_cumprod = F32(1.0) if self.config["set_alpha_to_one"] else self.ac[0]
+
+    def set_timesteps(self, steps):
+        self.check_steps(steps)
+        c, n = self.config, self.config["num_train_timesteps"]
+        original = c["original_inference_steps"]
+        if original > n or steps > original:
+            raise ValueError(f"{steps} steps on an original schedule of {original} (of {n})")
+        k = n // original
+        grid = (np.asarray(list(range(1, original + 1))) * k - 1)[::-1].copy()
+        indices = np.floor(np.linspace(0, len(grid), num=steps, endpoint=False)).astype(np.int64)
+        self.timesteps = grid[indices]
+
+    @property
+    def sigmas(self):
+        a = [float(self.ac[t]) for t in self.timesteps] + [float(self.final_alpha_cumprod)]
+        return np.array([math.sqrt((1 - x) / x) for x in a])
+
+    def step(self, model_output, i, sample, noise=None):
+        out, x = np.asarray(model_output, np.float64), np.asarray(sample, np.float64)
+        t = int(self.timesteps[i])
+        last = i + 1 == len(self.timesteps)
+        a = float(self.ac[t])
+        a_prev = a if last else float(self.ac[int(self.timesteps[i + 1])])
+        b = 1 - a
+        scaled = t * self.config["timestep_scaling"]
+        c_skip = 0.5 ** 2 / (scaled ** 2 + 0.5 ** 2)
+        c_out = scaled / (scaled ** 2 + 0.5 ** 2) ** 0.5
+        p = self.config["prediction_type"]
+        if p == "epsilon":
+            x0 = (x - b ** 0.5 * out) / a ** 0.5
+        elif p == "sample":
+            x0 = out
+        else:
+            x0 = a ** 0.5 * x - b ** 0.5 * out
+        self.pred_original_sample = x0
+        denoised = c_out * x0 + c_skip * x
+        if last:
+            return denoised
+        return a_prev ** 0.5 * denoised + (1 - a_prev) ** 0.5 * np.asarray(noise, np.float64)
+
+
 CLASSES = {"ddim": DDIM, "euler": Euler, "euler_a": EulerAncestral, "dpmpp_2m": DPMSolverPP2M,
-           "flow_euler": FlowMatchEuler}
+           "flow_euler": FlowMatchEuler, "lcm": LCM}
 
 
 def make(kind, config):
@@ -471,8 +524,16 @@ TEST_CONFIGS = [
      ("flow_euler",)),
     ("flow_shift3", {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 3.0},
      ("flow_euler",)),
+    # LCM-Dreamshaper-v7's scheduler_config.json (its defaults spelled out), and v-prediction on a
+    # shorter distillation grid whose timesteps fall between a whole stride (1000 / 30).
+    ("lcm", {"_class_name": "LCMScheduler", "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+             "num_train_timesteps": 1000, "original_inference_steps": 50, "set_alpha_to_one": True, "steps_offset": 1,
+             "clip_sample": False, "prediction_type": "epsilon", "timestep_scaling": 10.0}, ("lcm",)),
+    ("lcm_v_30", {"_class_name": "LCMScheduler", "beta_schedule": "scaled_linear", "beta_start": 0.00085,
+                  "beta_end": 0.012, "original_inference_steps": 30, "prediction_type": "v_prediction"}, ("lcm",)),
 ]
-TEST_STEPS = (1, 4, 20)
+NO_IMAGE_TO_IMAGE = ("lcm",)  # kinds kiln runs from noise only
+TEST_STEPS = (1, 4, 7, 20)
 TEST_SIZE = 8  # floats in the test tensors
 
 
@@ -529,7 +590,8 @@ def make_test_data(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     total = 0
     for seed, (name, config, kinds) in enumerate(TEST_CONFIGS):
-        runs = [(k, s, 0) for k in kinds for s in TEST_STEPS] + [(k, 20, 8) for k in kinds]  # then image to image
+        runs = [(k, s, 0) for k in kinds for s in TEST_STEPS]
+        runs += [(k, 20, 8) for k in kinds if k not in NO_IMAGE_TO_IMAGE]  # then image to image
         cases = [rounded(run_case(kind, config, steps, seed * 100 + j, first_step))
                  for j, (kind, steps, first_step) in enumerate(runs)]
         # One case a line: small diffs when a formula changes.

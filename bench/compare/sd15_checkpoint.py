@@ -28,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as compare  # noqa: E402
@@ -117,12 +118,16 @@ def ratio(results, runner, base):
     return statistics.median(b / r for b, r in pairs)
 
 
-def generation(precision, steps, log):
-    """A 512x512 generation from the single file: kiln generate --profile's figures and the process's peak RSS."""
-    log(f"generation {precision}, {steps} steps")
-    out, rss = compare.run_measured([compare.KILN, "generate", "--model", CHECKPOINT, "--prompt", "a cat on a sofa",
+def generation(precision, steps, log, checkpoint=CHECKPOINT, flags=()):
+    """A generation from the single file (512x512 for SD 1.5; `flags` add to kiln generate's): kiln generate
+    --profile's figures, the process's wall time and its peak RSS."""
+    log(f"generation {os.path.basename(checkpoint)} {precision}, {steps} steps {' '.join(flags)}")
+    start = time.monotonic()
+    out, rss = compare.run_measured([compare.KILN, "generate", "--model", checkpoint, "--prompt", "a cat on a sofa",
                                      "--steps", str(steps), "--seed", "1", "--precision", precision, "--profile",
-                                     "-q", "-o", os.path.join(OUT, f"generation-{precision}.png")])
+                                     *flags, "-q", "-o",
+                                     os.path.join(os.path.dirname(checkpoint), f"generation-{precision}.png")])
+    wall_ms = (time.monotonic() - start) * 1000
 
     def figure(pattern):
         m = re.search(pattern, out)
@@ -134,7 +139,7 @@ def generation(precision, steps, log):
                                    figure(r"compiling ([\d.]+) ms"))
     return {"steps": steps, "load_ms": figure(r"loaded in ([\d.]+) ms"), "text_encoder_ms": figure(r"text encoder\s+([\d.]+) ms"),
             "compile_ms": compiling, "step_ms": kernels / steps, "denoise_ms": denoise,
-            "vae_decode_ms": figure(r"vae decode\s+([\d.]+) ms"), "peak_rss_mib": rss,
+            "vae_decode_ms": figure(r"vae decode\s+([\d.]+) ms"), "peak_rss_mib": rss, "wall_ms": wall_ms,
             "reported_peak_rss_mib": figure(r"peak resident memory: ([\d.]+) MiB")}
 
 
@@ -182,12 +187,12 @@ def section(run):
     return "\n".join(lines) + "\n"
 
 
-def write_section(text, path):
-    """Replaces the marked section of results.md (or appends it)."""
+def write_section(text, path, begin=MARK_BEGIN, end=MARK_END):
+    """Replaces the section of results.md between `begin` and `end` (or appends it)."""
     current = open(path).read() if os.path.exists(path) else ""
-    if MARK_BEGIN in current and MARK_END in current:
-        head, rest = current.split(MARK_BEGIN, 1)
-        current = head + text + rest.split(MARK_END, 1)[1].lstrip("\n")
+    if begin in current and end in current:
+        head, rest = current.split(begin, 1)
+        current = head + text + rest.split(end, 1)[1].lstrip("\n")
     else:
         current = current.rstrip("\n") + "\n\n" + text
     with open(path, "w") as f:

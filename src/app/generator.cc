@@ -36,6 +36,7 @@ PngText png_text(const GenerationRequest& r, const std::string& prompt, uint64_t
                   {"model", model},
                   {"parameters", parameters},
                   {"software", "kiln " KILN_VERSION_STRING}};
+  if (r.timestep_spacing) text.emplace_back("timestep_spacing", timestep_spacing_name(*r.timestep_spacing));
   if (r.init_image) {
     text.emplace_back("init_image", r.init_image_name);
     text.emplace_back("strength", fmt::format("{}", r.strength));
@@ -93,7 +94,8 @@ Result<GenerationResult> Generator::generate(const GenerationRequest& r, const G
     const GenerateOptions o{
         .prompt = r.prompts[k], .negative_prompt = r.negative_prompt, .steps = r.steps,
         .guidance_scale = r.guidance_scale, .seed = result.seed + k, .width = r.width, .height = r.height,
-        .batch = r.batch, .scheduler = r.scheduler, .init_image = r.init_image ? &*r.init_image : nullptr,
+        .batch = r.batch, .scheduler = r.scheduler, .timestep_spacing = r.timestep_spacing,
+        .init_image = r.init_image ? &*r.init_image : nullptr,
         .strength = r.strength, .vae_tiling = r.vae_tiling,
         .on_step = [&](int i, int steps) {
           if (progress) progress(k, i, steps);
@@ -115,7 +117,8 @@ bool Generator::batchable(const GenerationRequest& r) const {
 }
 
 std::string Generator::batch_key(const GenerationRequest& r) {
-  return fmt::format("{}x{} steps={} scheduler={} guidance={} tiling={}", r.width, r.height, r.steps, r.scheduler,
+  return fmt::format("{}x{} steps={} scheduler={} spacing={} guidance={} tiling={}", r.width, r.height, r.steps,
+                     r.scheduler, r.timestep_spacing ? timestep_spacing_name(*r.timestep_spacing) : "",
                      r.guidance_scale, r.vae_tiling ? int(*r.vae_tiling) : -1);
 }
 
@@ -134,7 +137,7 @@ Result<std::vector<GenerationResult>> Generator::generate_together(const std::ve
   GenerateOptions o{.prompt = first.prompts[0], .negative_prompt = first.negative_prompt, .steps = first.steps,
                     .guidance_scale = first.guidance_scale, .seed = seeds[0], .width = first.width,
                     .height = first.height, .batch = first.batch, .scheduler = first.scheduler,
-                    .vae_tiling = first.vae_tiling,
+                    .timestep_spacing = first.timestep_spacing, .vae_tiling = first.vae_tiling,
                     .on_step = [&](int i, int steps) {
                       if (progress) progress(0, i, steps);
                     },

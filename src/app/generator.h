@@ -38,6 +38,7 @@ struct GenerationRequest {
   int width = 0, height = 0;  // 0: the model's size
   int batch = 1;
   std::string scheduler;  // empty: the model's
+  std::optional<TimestepSpacing> timestep_spacing;  // unset: the model's scheduler config's
   // Image to image: start from this picture (its size is the output's).
   std::optional<RgbImage> init_image;
   std::string init_image_name;  // for the PNG text
@@ -80,7 +81,7 @@ class Generator {
   // Whether a request may join such a run: one prompt, no init image, and a
   // scheduler that draws no noise after the first step.
   bool batchable(const GenerationRequest& request) const;
-  // What requests must share to run together: size, steps, scheduler, guidance, tiling.
+  // What requests must share to run together: size, steps, scheduler and its spacing, guidance, tiling.
   static std::string batch_key(const GenerationRequest& request);
 
   // For a model trained on a closed vocabulary (its vocabulary.json): each

@@ -34,7 +34,7 @@ struct GenerateFlags {
   float guidance_scale = 7.5f;
   std::optional<uint64_t> seed;
   int width = 0, height = 0, batch = 1;
-  std::string scheduler, mode = "graph-loop";
+  std::string scheduler, timestep_spacing, mode = "graph-loop";
   std::string init_image;
   float strength = 0.8f;
   std::string vae_tiling = "auto";
@@ -137,7 +137,7 @@ void print_profile(const Generation& g, bool image_to_image, double png_ms) {
 // Text (and an image) to video with a Wan model.
 Status generate_video(const GenerateFlags& f) {
   const auto start = std::chrono::steady_clock::now();
-  for (const char* flag : {"--batch", "--grid", "--init-image", "--strength", "--vae-tiling"})
+  for (const char* flag : {"--batch", "--grid", "--init-image", "--strength", "--vae-tiling", "--timestep-spacing"})
     KILN_CHECK_ARG(!f.given.count(flag), "{} is for image models; {} makes video", flag, f.model);
   for (const char* flag : {"--tokenizer", "--prediction"})
     KILN_CHECK_ARG(!f.given.count(flag), "{} is for single-file image checkpoints, not a Wan folder", flag);
@@ -216,6 +216,9 @@ Status generate(const GenerateFlags& f) {
                             .steps = f.steps, .guidance_scale = f.guidance_scale, .width = f.width,
                             .height = f.height, .batch = f.batch, .scheduler = f.scheduler, .strength = f.strength};
   if (f.vae_tiling != "auto") request.vae_tiling = f.vae_tiling == "on";
+  if (!f.timestep_spacing.empty()) {
+    KILN_ASSIGN_OR_RETURN(request.timestep_spacing, parse_timestep_spacing(f.timestep_spacing));
+  }
   if (!f.init_image.empty()) {
     KILN_ASSIGN_OR_RETURN(request.init_image, read_png(f.init_image, 4096));
     request.init_image_name = std::filesystem::path(f.init_image).filename().string();
@@ -297,7 +300,9 @@ Handler add_generate_command(CLI::App& app) {
   cmd->add_option("--grid", f->grid, "write all the images into the one PNG, this many a row")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--steps", f->steps, "denoising steps (a video model: 50)")->default_val(20);
-  cmd->add_option("--guidance-scale,-g", f->guidance_scale, "classifier-free guidance scale (a video model: 5)")
+  cmd->add_option("--guidance-scale,-g", f->guidance_scale,
+                  "classifier-free guidance scale (a video model: 5); 1 or less turns guidance off, one model pass a "
+                  "step on the prompt alone at half the cost: what SD-Turbo, SDXL-Turbo and LCM run with (0)")
       ->default_val(7.5f);
   cmd->add_option("--seed", f->seed, "noise seed: the same seed gives the same image (default: random; printed, and kept in the PNG)");
   cmd->add_option("--width", f->width,
@@ -327,8 +332,12 @@ Handler add_generate_command(CLI::App& app) {
       ->default_val("auto")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   cmd->add_option("--scheduler", f->scheduler,
-                  "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | flow_euler | unipc "
+                  "ddim | euler | euler_a | dpmpp_2m | dpmpp_2m_karras | euler_karras | lcm | flow_euler | unipc "
                   "(default: the one the model's scheduler config names; a single file's family's; Wan: unipc)");
+  cmd->add_option("--timestep-spacing", f->timestep_spacing,
+                  "leading | trailing | linspace: which timesteps the steps visit (default: the scheduler config's); "
+                  "trailing starts from pure noise, as SD-Turbo and SDXL-Turbo need (their single files do not say)")
+      ->check(CLI::IsMember({"leading", "trailing", "linspace"}));
   cmd->add_option("--mode", f->mode,
                   "eager | graph (a compiled plan per model, a host loop over steps) | graph-loop (the whole denoise "
                   "loop as one plan, one call) | auto (times a step each way, keeps the fastest and says which)")

@@ -11,23 +11,26 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }
 }  // namespace
 
-Result<Tensor> Conditioner::encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2]) {
+Result<Tensor> Conditioner::encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2],
+                                   bool guided) {
   const Prompts one{prompt, negative, batch};
-  return encode(std::span(&one, 1), ms);
+  return encode(std::span(&one, 1), ms, guided);
 }
 
-Result<Tensor> Conditioner::encode(std::span<const Prompts> members, double ms[2]) {
+Result<Tensor> Conditioner::encode(std::span<const Prompts> members, double ms[2], bool guided) {
   auto start = std::chrono::steady_clock::now();
-  // The rows in order: [negative x count for each member, prompt x count for each member].
+  // The rows in order: [negative x count for each member (guided only), prompt x count for each member].
   std::vector<std::vector<int32_t>> rows;
-  for (const bool negatives : {true, false})
+  for (const bool negatives : {true, false}) {
+    if (negatives && !guided) continue;
     for (const Prompts& m : members) {
       const std::vector<int32_t> tokens = tokenizer_.tokenize(negatives ? m.negative : m.prompt);
       rows.insert(rows.end(), size_t(m.count), tokens);
     }
-  const int64_t length = tokenizer_.max_length(), batch = int64_t(rows.size()) / 2;
-  KILN_ASSIGN_OR_RETURN(Tensor ids, Tensor::empty(ids_dtype_, {2 * batch, length}));
-  for (int64_t row = 0; row < 2 * batch; ++row) {
+  }
+  const int64_t length = tokenizer_.max_length(), count = int64_t(rows.size());
+  KILN_ASSIGN_OR_RETURN(Tensor ids, Tensor::empty(ids_dtype_, {count, length}));
+  for (int64_t row = 0; row < count; ++row) {
     const std::vector<int32_t>& src = rows[size_t(row)];
     for (int64_t j = 0; j < length; ++j) {
       if (ids_dtype_ == DType::kI64) ids.data<int64_t>()[row * length + j] = src[size_t(j)];
@@ -39,8 +42,8 @@ Result<Tensor> Conditioner::encode(std::span<const Prompts> members, double ms[2
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, encoder_->run({{"input_ids", ids}}));
   if (output_ >= out.size()) return invalid_argument("{}: too few outputs", label_);
   const Tensor& hidden = out[output_];
-  if (hidden.dtype() != DType::kF32 || hidden.rank() != 3 || hidden.shape()[0] != 2 * batch)
-    return invalid_argument("{}: expected a float32 [{}, sequence, width] hidden state, got {} {}", label_, 2 * batch,
+  if (hidden.dtype() != DType::kF32 || hidden.rank() != 3 || hidden.shape()[0] != count)
+    return invalid_argument("{}: expected a float32 [{}, sequence, width] hidden state, got {} {}", label_, count,
                             dtype_name(hidden.dtype()), shape_to_string(hidden.shape()));
   KILN_ASSIGN_OR_RETURN(Tensor context, Tensor::empty(DType::kF32, hidden.shape()));
   std::memcpy(context.raw(), hidden.raw(), hidden.nbytes());

@@ -26,16 +26,19 @@ class Conditioner {
 
   // [2 batch, S, D]: the negative prompt's context in the first `batch` rows,
   // the prompt's in the rest (a copy: the runner's output is overwritten by
-  // its next run). *ms: tokenize and encode times, milliseconds.
-  Result<Tensor> encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2]);
+  // its next run). Unguided (classifier-free guidance off): [batch, S, D],
+  // the prompt's rows alone. *ms: tokenize and encode times, milliseconds.
+  Result<Tensor> encode(std::string_view prompt, std::string_view negative, int64_t batch, double ms[2],
+                        bool guided = true);
 
   // Several prompts in one run (a server's batch of requests): every
-  // negative prompt's rows first, `count` each in order, then every prompt's.
+  // negative prompt's rows first, `count` each in order, then every prompt's
+  // (unguided: the prompts' rows alone).
   struct Prompts {
     std::string_view prompt, negative;
     int64_t count = 1;
   };
-  Result<Tensor> encode(std::span<const Prompts> members, double ms[2]);
+  Result<Tensor> encode(std::span<const Prompts> members, double ms[2], bool guided = true);
 
   const ClipTokenizer& tokenizer() const { return tokenizer_; }
 

@@ -28,8 +28,9 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
   if (spec.latent.size() != 4 && spec.latent.size() != 5)
     return invalid_argument("the latents must be [batch, channels, h, w] or [batch, channels, frames, h, w]");
   const int64_t b = spec.latent[0];
-  if (spec.context_shape.size() != 3 || spec.context_shape[0] != 2 * b)
-    return invalid_argument("the text context must be [2 x batch, sequence, width]");
+  const int64_t rows = spec.guided ? 2 * b : b;
+  if (spec.context_shape.size() != 3 || spec.context_shape[0] != rows)
+    return invalid_argument("the text context must be [{}batch, sequence, width]", spec.guided ? "2 x " : "");
   if (spec.fixed_first_frame && spec.latent.size() != 5)
     return invalid_argument("a fixed first frame needs video latents [batch, channels, frames, h, w]");
   const bool unipc = !tables.unipc.empty();
@@ -49,15 +50,15 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
     first_frame = g.input("first_frame", DType::kF32, frame);
   }
 
-  // The model input for this step: [x s, x s] at timestep t, both read from
-  // the tables by the counter (x itself where every scale is 1, as a flow
-  // model's are).
+  // The model input for this step: [x s, x s] (x s unguided) at timestep t,
+  // both read from the tables by the counter (x itself where every scale is
+  // 1, as a flow model's are).
   Value* scaled = x;
   if (std::any_of(tables.in_scale.begin(), tables.in_scale.end(), [](float s) { return s != 1.0f; })) {
     Value* scale = g.op(OpKind::kGather, {g.floats("in_scale", {steps}, tables.in_scale), step}, {}, "in_scale_at_step");
     scaled = g.op(OpKind::kMul, {x, scale}, {}, "scale_input");
   }
-  Value* model_in = g.op(OpKind::kConcat, {scaled, scaled}, {{"axis", int64_t(0)}}, "cfg_batch");
+  Value* model_in = spec.guided ? g.op(OpKind::kConcat, {scaled, scaled}, {{"axis", int64_t(0)}}, "cfg_batch") : scaled;
 
   Value* timesteps = nullptr;
   if (spec.timestep_dtype == DType::kI64)
@@ -72,11 +73,18 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
 
   Value* prediction = denoiser(g, model_in, t, context);
 
-  // Classifier-free guidance: uncond + g (cond - uncond), as the host loop computes it.
-  std::vector<Value*> halves = g.ops(OpKind::kSplit, {prediction}, 2, {{"axis", int64_t(0)}}, "cfg_split");
-  Value* diff = g.op(OpKind::kSub, {halves[1], halves[0]}, {}, "cfg_sub");
-  Value* weighted = g.op(OpKind::kMul, {diff, g.floats("guidance_scale", {}, {spec.guidance_scale})}, {}, "cfg_scale");
-  Value* guided = g.op(OpKind::kAdd, {halves[0], weighted}, {}, "cfg_add");
+  // Classifier-free guidance: uncond + g (cond - uncond), as the host loop
+  // computes it. Unguided, the prediction as it is, its shape made the
+  // latents' where an imported model's output leaves its dims symbolic.
+  Value* guided = nullptr;
+  if (spec.guided) {
+    std::vector<Value*> halves = g.ops(OpKind::kSplit, {prediction}, 2, {{"axis", int64_t(0)}}, "cfg_split");
+    Value* diff = g.op(OpKind::kSub, {halves[1], halves[0]}, {}, "cfg_sub");
+    Value* weighted = g.op(OpKind::kMul, {diff, g.floats("guidance_scale", {}, {spec.guidance_scale})}, {}, "cfg_scale");
+    guided = g.op(OpKind::kAdd, {halves[0], weighted}, {}, "cfg_add");
+  } else {
+    guided = g.op(OpKind::kReshape, {prediction, g.ints("latent_shape", spec.latent)}, {}, "prediction");
+  }
 
   Value *x_next, *x0, *step_next;
   std::vector<float> coefficients;

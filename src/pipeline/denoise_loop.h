@@ -7,7 +7,7 @@
 //            x0_prev                   the last step's x0 estimate (DPM++ 2M, UniPC), in place
 //            step (i64 scalar)         the step counter, in place
 //            seed (i64 scalar)         the noise seed (a plan serves every seed)
-//            encoder_hidden_states [2B, S, D]   [negative, prompt] context
+//            encoder_hidden_states [2B, S, D]   [negative, prompt] context ([B, S, D] unguided)
 //            UniPC only: unipc_corrected, unipc_x0_older   its other state, in place
 //            image to video only: first_frame [B, C, 1, h, w]   the image's latent
 //   outputs  x_next, x0, step_next     bound over x, x0_prev and step (and UniPC's
@@ -17,6 +17,7 @@
 //   per step:  s = in_scale[step]; t = timestep[step]         (tables, Gather by the counter)
 //              out = denoiser(concat(x s, x s), t, context)
 //              guided = uncond + g (cond - uncond)
+//              (unguided, guidance off: guided = denoiser(x s, t, context), one pass)
 //              x_next, x0, step_next = kiln.DenoiseStep(x, guided, x0_prev, step, coefficients)
 //                                      (kiln.UniPcStep for UniPC)
 //              image to video: frame 0 of x_next put back to first_frame
@@ -37,10 +38,11 @@ namespace kiln {
 
 struct DenoiseLoopSpec {
   Shape latent;                                          // [B, C, h, w], or a video's [B, C, F, h, w]
-  Shape context_shape;                                   // [2 batch, S, D], the text encoder's output
+  Shape context_shape;                                   // [2 batch, S, D] ([batch, S, D] unguided), the text encoder's output
   DType timestep_dtype = DType::kF32;                    // the UNet's timestep input
-  Shape timestep_shape;                                  // its shape: [2 batch], [1] or a scalar
+  Shape timestep_shape;                                  // its shape: one per row of the model's batch, [1] or a scalar
   float guidance_scale = 7.5f;
+  bool guided = true;                                    // classifier-free guidance: the model runs [uncond, cond]
   uint64_t noise_first_pair = 0;                         // where step 0's noise starts in the stream
   bool fixed_first_frame = false;                        // a video's frame 0 held at first_frame (image to video)
 };

@@ -23,17 +23,17 @@ class Denoiser {
     int64_t latent_channels = 4;
     DType timestep_dtype = DType::kF32;  // f32 or i64
     // The timestep's shape where the model fixes one ([1] or a scalar, as
-    // some exporters write it); otherwise [2 batch], one per row.
+    // some exporters write it); otherwise one per row of the model's batch.
     std::optional<Shape> timestep_shape;
   };
 
   Denoiser(std::unique_ptr<ModelRunner> runner, DenoiserBuildFn loop_builder, Spec spec)
       : runner_(std::move(runner)), loop_builder_(std::move(loop_builder)), spec_(std::move(spec)) {}
 
-  // The prediction for model_in [2B, C, h, w] at timesteps t under context:
-  // the runner's output, valid until its next run.
+  // The prediction for model_in [rows, C, h, w] (2B guided, B unguided) at
+  // timesteps t under context: the runner's output, valid until its next run.
   Result<Tensor> predict(const Tensor& model_in, const Tensor& t, const Tensor& context);
-  Shape timestep_shape(int64_t batch) const { return spec_.timestep_shape ? *spec_.timestep_shape : Shape{2 * batch}; }
+  Shape timestep_shape(int64_t rows) const { return spec_.timestep_shape ? *spec_.timestep_shape : Shape{rows}; }
 
   const Spec& spec() const { return spec_; }
   ModelRunner& runner() { return *runner_; }

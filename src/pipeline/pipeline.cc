@@ -41,18 +41,20 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
   const StepTables& tables = run.tables;
   const GenerateOptions& o = run.options;
   const Shape& shape = x.shape();
-  const int64_t b = shape[0];
+  const bool cfg = guidance_on(o.guidance_scale);
+  const int64_t rows = cfg ? 2 * shape[0] : shape[0];
   const size_t n = size_t(x.numel());
   Denoiser& denoiser = *parts_.denoiser;
   const DType timestep_dtype = denoiser.spec().timestep_dtype;
-  KILN_ASSIGN_OR_RETURN(Tensor model_in, Tensor::empty(DType::kF32, {2 * b, shape[1], shape[2], shape[3]}));
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype, denoiser.timestep_shape(b)));
-  std::vector<float> guided(n), x0_prev(n), noise(tables.needs_noise ? n : 0);
+  KILN_ASSIGN_OR_RETURN(Tensor model_in, Tensor::empty(DType::kF32, {rows, shape[1], shape[2], shape[3]}));
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(timestep_dtype, denoiser.timestep_shape(rows)));
+  std::vector<float> guided(cfg ? n : 0), x0_prev(n), noise(tables.needs_noise ? n : 0);
   float* xs = x.data<float>();
   for (int i = 0; i < steps; ++i) {
     const float scale = tables.in_scale[size_t(i)];
     float* in = model_in.data<float>();
-    for (size_t j = 0; j < n; ++j) in[j] = in[n + j] = xs[j] * scale;
+    for (size_t j = 0; j < n; ++j) in[j] = xs[j] * scale;
+    if (cfg) std::memcpy(in + n, in, n * sizeof(float));
     for (int64_t j = 0; j < t.numel(); ++j) {
       if (timestep_dtype == DType::kI64) t.data<int64_t>()[j] = int64_t(tables.timestep[size_t(i)]);
       else t.data<float>()[j] = tables.timestep[size_t(i)];
@@ -60,14 +62,18 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
     KILN_ASSIGN_OR_RETURN(Tensor prediction, denoiser.predict(model_in, t, run.context));
     g.times.model += denoiser.runner().last_report().run_ms;
     g.times.compile += denoiser.runner().last_report().compile_ms;
-    // Classifier-free guidance over the batched [uncond, cond] prediction.
-    const float* uncond = prediction.data<float>();
-    const float* cond = uncond + n;
-    for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + o.guidance_scale * (cond[j] - uncond[j]);
+    // Classifier-free guidance over the batched [uncond, cond] prediction;
+    // unguided, the prediction is the prompt's alone.
+    const float* out = prediction.data<float>();
+    if (cfg) {
+      const float *uncond = out, *cond = out + n;
+      for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + o.guidance_scale * (cond[j] - uncond[j]);
+      out = guided.data();
+    }
     // The same place in the noise stream kiln.DenoiseStep draws from.
     if (tables.needs_noise)
       NoiseStream(o.seed, run.noise_first_pair + uint64_t(i) * ((n + 1) / 2)).fill(noise.data(), n);
-    scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
+    scheduler_step(tables, i, xs, out, x0_prev.data(), tables.needs_noise ? noise.data() : nullptr, xs, n);
     if (o.keep_trajectory) g.trajectory.push_back(*Tensor::copy_of(x.view()));
     if (o.on_step) o.on_step(i, tables.steps());
     if (o.cancelled && o.cancelled()) return cancelled_after(i + 1, tables.steps());
@@ -83,10 +89,12 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   if (!plan) {
     const auto start = std::chrono::steady_clock::now();
     const Denoiser& denoiser = *parts_.denoiser;
+    const bool cfg = guidance_on(o.guidance_scale);
     const DenoiseLoopSpec spec{.latent = shape,
                                .context_shape = run.context.shape(), .timestep_dtype = denoiser.spec().timestep_dtype,
-                               .timestep_shape = denoiser.timestep_shape(shape[0]),
-                               .guidance_scale = o.guidance_scale, .noise_first_pair = run.noise_first_pair};
+                               .timestep_shape = denoiser.timestep_shape(cfg ? 2 * shape[0] : shape[0]),
+                               .guidance_scale = o.guidance_scale, .guided = cfg,
+                               .noise_first_pair = run.noise_first_pair};
     auto loop = denoise_loop_graph(denoiser.loop_builder(), tables, spec);
     if (!loop.ok()) return loop.status().with_context(denoiser.spec().label);
     // The latents, the x0 estimate and the counter change every step; what
@@ -213,7 +221,8 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   if (o.batch < 1 || batch > kMaxBatch) return invalid_argument("the batch must be 1 to {}, got {}", kMaxBatch, batch);
   if (!std::isfinite(o.guidance_scale)) return invalid_argument("the guidance scale must be a finite number");
 
-  KILN_ASSIGN_OR_RETURN(const SchedulerChoice choice, choose_scheduler(o.scheduler));
+  KILN_ASSIGN_OR_RETURN(SchedulerChoice choice, choose_scheduler(o.scheduler));
+  if (o.timestep_spacing) choice.config.timestep_spacing = o.timestep_spacing;
   const SchedulerKind kind = choice.kind;
   const SchedulerConfig& config = choice.config;
   if (choice.substituted && options_.log)
@@ -233,7 +242,7 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   std::vector<Conditioner::Prompts> prompts = {{o.prompt, o.negative_prompt, o.batch}};
   for (const GenerateOptions::Member& m : o.batch_with) prompts.push_back({m.prompt, m.negative_prompt, m.batch});
   double prompt_ms[2] = {0, 0};
-  KILN_ASSIGN_OR_RETURN(Tensor context, parts_.conditioner->encode(prompts, prompt_ms));
+  KILN_ASSIGN_OR_RETURN(Tensor context, parts_.conditioner->encode(prompts, prompt_ms, guidance_on(o.guidance_scale)));
   g.times.tokenize = prompt_ms[0];
   g.times.text_encoder = prompt_ms[1];
 
@@ -266,11 +275,14 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   }
 
   // Everything a compiled loop depends on: the shapes (which also fix where
-  // the step noise starts), the guidance scale, the scheduler and the steps.
+  // the step noise starts), the guidance scale, the scheduler, its spacing
+  // and the steps.
   const DenoiseRun run{tables, o, context, noise.next_pair(),
-                       fmt::format("{} {} guidance={} {} steps={} from={}", signature_entry("x", DType::kF32, shape),
+                       fmt::format("{} {} guidance={} {} spacing={} steps={} from={}",
+                                   signature_entry("x", DType::kF32, shape),
                                    signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
-                                   g.scheduler, o.steps, first_step)};
+                                   g.scheduler, o.timestep_spacing ? timestep_spacing_name(*o.timestep_spacing) : "",
+                                   o.steps, first_step)};
   g.steps_run = tables.steps();
   bool whole_loop = options_.whole_loop;
   if (options_.mode == ExecutionMode::kAuto) {

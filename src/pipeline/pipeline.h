@@ -81,6 +81,12 @@ using CancelCheck = std::function<bool()>;
 // The kCancelled status a generation stops with after `done` of `steps` steps.
 Status cancelled_after(int done, int steps);
 
+// Whether a guidance scale asks for classifier-free guidance: the model run
+// on [uncond, cond] each step. At 1 or below (diffusers' rule) the model runs
+// once a step on the prompt alone, at half the cost: what the few-step models
+// (SD-Turbo, SDXL-Turbo, LCM) are run with.
+inline bool guidance_on(float guidance_scale) { return guidance_scale > 1.0f; }
+
 struct GenerateOptions {
   std::string prompt, negative_prompt;
   int steps = 20;
@@ -89,6 +95,9 @@ struct GenerateOptions {
   int width = 0, height = 0;  // 0: the UNet's sample_size times the VAE factor
   int batch = 1;              // images per prompt
   std::string scheduler;      // empty: the one scheduler_config.json names
+  // Overrides the config's timestep spacing: "trailing" for the few-step
+  // models (SD-Turbo, SDXL-Turbo), whose single files say nothing of it.
+  std::optional<TimestepSpacing> timestep_spacing;
   // Image to image: start from this picture (its size is the output's),
   // encoded by vae_encoder and noised to the level of the step that
   // `strength` (in (0, 1]) picks; 1 starts from noise.
@@ -166,7 +175,7 @@ class Pipeline {
   struct DenoiseRun {
     const StepTables& tables;
     const GenerateOptions& options;
-    const Tensor& context;       // [2 batch, S, D]: [negative, prompt]
+    const Tensor& context;       // [2 batch, S, D]: [negative, prompt]; unguided [batch, S, D]
     uint64_t noise_first_pair;   // where step 0's noise starts in the seed's stream
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };

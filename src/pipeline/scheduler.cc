@@ -235,6 +235,8 @@ Status parse_config(const nlohmann::json& json, SchedulerConfig* c) {
   KILN_RETURN_IF_ERROR(r.boolean("use_flow_sigmas", &c->use_flow_sigmas));
   KILN_RETURN_IF_ERROR(r.integer("solver_order", 1, 2, &c->solver_order));
   KILN_RETURN_IF_ERROR(r.boolean("predict_x0", &c->predict_x0));
+  KILN_RETURN_IF_ERROR(r.integer("original_inference_steps", 1, kMaxTrainTimesteps, &c->original_inference_steps));
+  KILN_RETURN_IF_ERROR(r.finite("timestep_scaling", 1e-6, 1e6, &c->timestep_scaling));
   if (const nlohmann::json* v = r.find("solver_type"); v && c->class_name == "UniPCMultistepScheduler" && *v != "bh2")
     return unsupported("solver_type = {} is not supported (kiln implements \"bh2\")", json_text(*v));
   if (const nlohmann::json* v = r.find("disable_corrector"); v && !(v->is_array() && v->empty()))
@@ -451,6 +453,50 @@ Status euler_sigmas(const SchedulerConfig& c, int steps, bool karras, std::span<
   sigmas->resize(steps + 1);
   for (int i = 0; i < steps; ++i) (*sigmas)[i] = static_cast<float>(sig[i]);
   (*sigmas)[steps] = c.final_sigmas_type == FinalSigmas::kSigmaMin ? ts[0] : 0.0f;
+  return ok_status();
+}
+
+// diffusers' LCMScheduler. Timesteps: every k-th of the training ones
+// (k = num_train_timesteps / original_inference_steps, t = k j - 1),
+// descending, `steps` of them at floor(linspace(0, count, steps)) indices.
+// A step: x0 from the prediction, the consistency estimate
+// denoised = c_out x0 + c_skip x (boundary-condition scalings at 10 t), then
+// renoised to the next timestep, x_next = sqrt(a_next) denoised +
+// sqrt(1 - a_next) noise; the last step returns denoised itself.
+Status lcm_schedule(const SchedulerConfig& c, int steps, Schedule* s) {
+  const int n = c.num_train_timesteps, original = c.original_inference_steps;
+  if (original > n)
+    return invalid_argument("original_inference_steps {} is more than the {} training timesteps", original, n);
+  if (steps > original)
+    return invalid_argument("{} steps is more than original_inference_steps ({}): LCM picks its steps from those",
+                            steps, original);
+  const int k = n / original;
+  const double stride = double(original) / steps;  // np.linspace(0, original, steps, endpoint=False)'s step
+  std::vector<int> t(static_cast<size_t>(steps));
+  for (int i = 0; i < steps; ++i) {
+    const int index = static_cast<int>(std::floor(i * stride));
+    t[size_t(i)] = (original - index) * k - 1;  // the descending grid's entry `index`
+  }
+  const std::vector<float> ac = alphas_cumprod(c);
+  const double final_alpha = c.set_alpha_to_one ? 1.0 : ac[0];
+  constexpr double kSigmaData = 0.5;
+  for (int i = 0; i < steps; ++i) {
+    const double a = ac[size_t(t[size_t(i)])];
+    const bool last = i + 1 == steps;
+    const double a_next = last ? a : ac[size_t(t[size_t(i + 1)])];
+    const double scaled = t[size_t(i)] * c.timestep_scaling;
+    const double c_skip = kSigmaData * kSigmaData / (scaled * scaled + kSigmaData * kSigmaData);
+    const double c_out = scaled / std::sqrt(scaled * scaled + kSigmaData * kSigmaData);
+    Row r{.timestep = double(t[size_t(i)])};
+    set_x0(c.prediction_type, std::sqrt(a), std::sqrt(1 - a), 1.0, &r);
+    const double keep = last ? 1.0 : std::sqrt(a_next);
+    r.c_x = keep * (c_out * r.d_x + c_skip);
+    r.c_out = keep * c_out * r.d_out;
+    r.c_noise = last ? 0.0 : std::sqrt(1 - a_next);
+    s->rows.push_back(r);
+    s->sigmas.push_back(sigma_of_alpha(a));
+  }
+  s->sigmas.push_back(sigma_of_alpha(final_alpha));
   return ok_status();
 }
 
@@ -698,6 +744,18 @@ Result<SchedulerKind> parse_scheduler_kind(std::string_view name) {
   return invalid_argument("unknown scheduler '{}' (valid: {})", name, fmt::join(valid, ", "));
 }
 
+Result<TimestepSpacing> parse_timestep_spacing(std::string_view name) {
+  for (const auto& [spelled, value] : kSpacings)
+    if (name == spelled) return value;
+  return invalid_argument("unknown timestep spacing '{}' (leading, trailing, linspace)", name);
+}
+
+const char* timestep_spacing_name(TimestepSpacing spacing) {
+  for (const auto& [spelled, value] : kSpacings)
+    if (value == spacing) return spelled;
+  return "?";
+}
+
 const char* scheduler_kind_name(SchedulerKind kind) { return kind_info(kind).name; }
 const char* scheduler_kind_class(SchedulerKind kind) { return kind_info(kind).class_name; }
 
@@ -756,8 +814,8 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
   if (first_step < 0 || first_step >= steps)
     return invalid_argument("scheduler {}: a run from step {} of {} has no step to run", name, first_step, steps);
   const bool flow_kind = kind == SchedulerKind::kFlowEuler || kind == SchedulerKind::kUniPc;
-  if (kind == SchedulerKind::kUniPc && first_step > 0)
-    return unsupported("scheduler unipc: image to image (starting at step {}) is not supported", first_step);
+  if ((kind == SchedulerKind::kUniPc || kind == SchedulerKind::kLcm) && first_step > 0)
+    return unsupported("scheduler {}: image to image (starting at step {}) is not supported", name, first_step);
   if (config.prediction_type == PredictionType::kFlow && !flow_kind)
     return invalid_argument("scheduler {}: prediction_type 'flow_prediction' needs flow_euler or unipc", name);
   if (!config.class_name.empty() && flow_kind != is_flow_config(config))
@@ -773,6 +831,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
     case SchedulerKind::kDpmpp2m: status = dpmpp_2m_schedule(config, steps, first_step, &s); break;
     case SchedulerKind::kFlowEuler: status = flow_euler_schedule(config, steps, &s); break;
     case SchedulerKind::kUniPc: status = unipc_schedule(config, steps, &s, &unipc); break;
+    case SchedulerKind::kLcm: status = lcm_schedule(config, steps, &s); break;
   }
   if (!status.ok()) return status.with_context(fmt::format("scheduler {}", name));
   assert(static_cast<int>(s.rows.size()) == steps && static_cast<int>(s.sigmas.size()) == steps + 1);
@@ -786,6 +845,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
   switch (kind) {
     case SchedulerKind::kDdim:
     case SchedulerKind::kDpmpp2m:  // alpha x0 + sigma_vp noise
+    case SchedulerKind::kLcm:
       t.image_scale = static_cast<float>(1 / std::sqrt(sigma * sigma + 1));
       t.image_noise_scale = static_cast<float>(sigma / std::sqrt(sigma * sigma + 1));
       break;
@@ -801,7 +861,7 @@ Result<StepTables> make_step_tables(SchedulerKind kind, const SchedulerConfig& c
       break;
   }
   t.sigmas.assign(s.sigmas.begin() + first_step, s.sigmas.end());
-  t.needs_noise = kind == SchedulerKind::kEulerAncestral;
+  t.needs_noise = kind == SchedulerKind::kEulerAncestral || kind == SchedulerKind::kLcm;
   t.needs_prev = kind == SchedulerKind::kDpmpp2m;
   t.unipc = std::move(unipc);
   for (int i = first_step; i < steps; ++i) {

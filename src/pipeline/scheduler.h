@@ -37,6 +37,10 @@
 //                                                         Wan); bh2, order 1 or 2, lower_order_final,
 //                                                         final_sigmas_type zero; its own update over more
 //                                                         state (UniPcCoefficients, kiln.UniPcStep)
+//   lcm         LCMScheduler                              latent consistency models (LCM UNets, LCM-LoRA):
+//                                                         every step a consistency estimate, renoised to the
+//                                                         next timestep (needs noise); original_inference_steps,
+//                                                         timestep_scaling; no image to image
 //
 // Config fields read, with diffusers' defaults when absent: num_train_timesteps,
 // beta_schedule (linear | scaled_linear | squaredcos_cap_v2), beta_start,
@@ -46,7 +50,7 @@
 // (only false; absent is taken as false, although DDIM's default is true),
 // final_sigmas_type, lower_order_final, euler_at_final, shift (flow_shift
 // when shift is absent), use_flow_sigmas, solver_order, solver_type,
-// predict_x0, disable_corrector. A field whose value changes the schedule in a way
+// predict_x0, disable_corrector, original_inference_steps, timestep_scaling. A field whose value changes the schedule in a way
 // kiln does not implement (thresholding, rescale_betas_zero_snr,
 // use_dynamic_shifting, interpolation_type log_linear, ...) is refused by
 // name; fields kiln does not know are ignored, as diffusers' from_config does.
@@ -70,7 +74,8 @@ namespace kiln {
   X(kEulerAncestral, "euler_a", "EulerAncestralDiscreteScheduler") \
   X(kDpmpp2m, "dpmpp_2m", "DPMSolverMultistepScheduler")         \
   X(kFlowEuler, "flow_euler", "FlowMatchEulerDiscreteScheduler") \
-  X(kUniPc, "unipc", "UniPCMultistepScheduler")
+  X(kUniPc, "unipc", "UniPCMultistepScheduler")                  \
+  X(kLcm, "lcm", "LCMScheduler")
 
 enum class SchedulerKind {
 #define KILN_SCHEDULER_ENUM(kind, name, cls) kind,
@@ -86,8 +91,15 @@ const char* scheduler_kind_class(SchedulerKind kind);
 
 enum class BetaSchedule { kLinear, kScaledLinear, kSquaredCosCapV2 };
 enum class PredictionType { kEpsilon, kVPrediction, kSample, kFlow };  // kFlow: "flow_prediction"
+// Which of the training timesteps a run of n steps visits. SD's "leading"
+// starts one interval short of the end (t = 951 of 999 for 20 steps);
+// "trailing" starts at the last one (999), what few-step models need.
 enum class TimestepSpacing { kLeading, kTrailing, kLinspace };
 enum class FinalSigmas { kZero, kSigmaMin };
+
+// "leading", "trailing" or "linspace" (timestep_spacing's values); the error lists them.
+Result<TimestepSpacing> parse_timestep_spacing(std::string_view name);
+const char* timestep_spacing_name(TimestepSpacing spacing);
 
 struct SchedulerConfig {
   std::string class_name;  // "_class_name"; empty when absent
@@ -106,6 +118,8 @@ struct SchedulerConfig {
   bool use_flow_sigmas = false;   // unipc: only true (flow models)
   int solver_order = 2;           // unipc: 1 or 2
   bool predict_x0 = true;         // unipc: only true
+  int original_inference_steps = 50;  // lcm: the distillation's timestep grid (1000 / 50: every 20th)
+  double timestep_scaling = 10.0;     // lcm: the boundary condition's time scale
 };
 
 // Wan2.2's scheduler (its diffusers folder's scheduler_config.json, which
@@ -142,10 +156,10 @@ struct StepTables {
   int first_step = 0;
   float image_scale = 0, image_noise_scale = 0;
   // Reporting: steps + 1 noise levels, the last one where the loop ends. For
-  // ddim sqrt((1 - alpha_cumprod) / alpha_cumprod) at each timestep and the
-  // final alpha; for flow_euler the flow sigma.
+  // ddim and lcm sqrt((1 - alpha_cumprod) / alpha_cumprod) at each timestep
+  // and the final alpha; for flow_euler the flow sigma.
   std::vector<double> sigmas;
-  bool needs_noise = false;  // every step takes noise_i (euler_a), even where c_noise is 0
+  bool needs_noise = false;  // every step takes noise_i (euler_a, lcm), even where c_noise is 0
   bool needs_prev = false;   // steps read denoised_{i-1} (dpmpp_2m)
   // unipc: each step's update (the form above does not hold it); empty for the others.
   std::vector<UniPcCoefficients> unipc;

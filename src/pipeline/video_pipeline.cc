@@ -138,15 +138,17 @@ Result<Tensor> VideoPipeline::encode_prompts(const VideoRequest& r, StageTimes& 
     ++texts_encoded;
     return &text_cache_.back().second;
   };
-  // [2, 512, d]: the negative prompt's rows, then the prompt's. Copied out
-  // one at a time: encoding the second may evict the first from the cache.
+  // [2, 512, d]: the negative prompt's rows, then the prompt's (unguided:
+  // [1, 512, d], the prompt's). Copied out one at a time: encoding the second
+  // may evict the first from the cache.
   Tensor context;
-  const std::string texts[2] = {clean_wan_prompt(r.negative_prompt), clean_wan_prompt(r.prompt)};
-  for (int k = 0; k < 2; ++k) {
+  std::vector<std::string> texts = {clean_wan_prompt(r.prompt)};
+  if (guidance_on(r.guidance_scale)) texts.insert(texts.begin(), clean_wan_prompt(r.negative_prompt));
+  for (size_t k = 0; k < texts.size(); ++k) {
     KILN_ASSIGN_OR_RETURN(const Tensor* rows, rows_of(texts[k]));
     const int64_t d = rows->shape()[1];
-    if (k == 0) { KILN_ASSIGN_OR_RETURN(context, Tensor::empty(DType::kF32, {2, kTextRows, d})); }
-    std::memcpy(context.data<float>() + k * kTextRows * d, rows->raw(), rows->nbytes());
+    if (k == 0) { KILN_ASSIGN_OR_RETURN(context, Tensor::empty(DType::kF32, {int64_t(texts.size()), kTextRows, d})); }
+    std::memcpy(context.data<float>() + int64_t(k) * kTextRows * d, rows->raw(), rows->nbytes());
   }
   times.text_encoder = ms_since(start) - times.tokenize;
   return context;  // `encoder` goes out of scope: its files are unmapped before the transformer's are mapped
@@ -167,7 +169,8 @@ Status VideoPipeline::denoise_host_loop(const VideoRequest& r, const StepTables&
                                         const Tensor* first_latent, const WanNetwork<WanTransformerConfig>& dit,
                                         Tensor& x, VideoGeneration& g) {
   const Shape& shape = x.shape();
-  const WanVideoShape video{.batch = 2, .frames = shape[2], .height = shape[3], .width = shape[4]};
+  const bool cfg = guidance_on(r.guidance_scale);
+  const WanVideoShape video{.batch = cfg ? 2 : 1, .frames = shape[2], .height = shape[3], .width = shape[4]};
   const bool clean = first_latent != nullptr;
   auto runner = ModelRunner::create([&]() { return wan_transformer_graph(dit.config, dit.weights, video, clean); },
                                     {.mode = options_.mode == ExecutionMode::kEager ? ExecutionMode::kEager
@@ -176,26 +179,31 @@ Status VideoPipeline::denoise_host_loop(const VideoRequest& r, const StepTables&
   if (!runner.ok()) return runner.status();
   const size_t n = size_t(x.numel());
   Shape batch_shape = shape;
-  batch_shape[0] = 2;
+  batch_shape[0] = video.batch;
   KILN_ASSIGN_OR_RETURN(Tensor model_in, Tensor::empty(DType::kF32, batch_shape));
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::kF32, {2}));
-  std::vector<float> guided(n), x0_prev(n, 0.0f), corrected(n, 0.0f), x0_older(n, 0.0f);
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::kF32, {video.batch}));
+  std::vector<float> guided(cfg ? n : 0), x0_prev(n, 0.0f), corrected(n, 0.0f), x0_older(n, 0.0f);
   float* xs = x.data<float>();
   const size_t frame0 = clean ? size_t(first_latent->numel()) / size_t(shape[1]) : 0;  // values a channel of frame 0
   const size_t per_channel = n / size_t(shape[1]);
   for (int i = 0; i < tables.steps(); ++i) {
-    std::memcpy(model_in.data<float>(), xs, n * sizeof(float));
-    std::memcpy(model_in.data<float>() + n, xs, n * sizeof(float));
-    t.data<float>()[0] = t.data<float>()[1] = tables.timestep[size_t(i)];
+    for (int64_t row = 0; row < video.batch; ++row) {
+      std::memcpy(model_in.data<float>() + size_t(row) * n, xs, n * sizeof(float));
+      t.data<float>()[row] = tables.timestep[size_t(i)];
+    }
     KILN_ASSIGN_OR_RETURN(
         std::vector<Tensor> out,
         (*runner)->run({{"hidden_states", model_in}, {"timestep", t}, {"encoder_hidden_states", context}}));
     g.times.model += (*runner)->last_report().run_ms;
     g.times.compile += (*runner)->last_report().compile_ms;
-    const float *uncond = out[0].data<float>(), *cond = uncond + n;
-    for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + r.guidance_scale * (cond[j] - uncond[j]);
-    if (tables.unipc.empty()) scheduler_step(tables, i, xs, guided.data(), x0_prev.data(), nullptr, xs, n);
-    else unipc_step(tables, i, xs, guided.data(), corrected.data(), x0_prev.data(), x0_older.data(), xs, n);
+    const float* prediction = out[0].data<float>();
+    if (cfg) {
+      const float *uncond = prediction, *cond = prediction + n;
+      for (size_t j = 0; j < n; ++j) guided[j] = uncond[j] + r.guidance_scale * (cond[j] - uncond[j]);
+      prediction = guided.data();
+    }
+    if (tables.unipc.empty()) scheduler_step(tables, i, xs, prediction, x0_prev.data(), nullptr, xs, n);
+    else unipc_step(tables, i, xs, prediction, corrected.data(), x0_prev.data(), x0_older.data(), xs, n);
     if (clean)  // frame 0 back to the image's latent
       for (int64_t c = 0; c < shape[1]; ++c)
         std::memcpy(xs + size_t(c) * per_channel, first_latent->data<float>() + size_t(c) * frame0,
@@ -212,7 +220,8 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
                                          Tensor& x, VideoGeneration& g) {
   const auto start = std::chrono::steady_clock::now();
   const Shape& shape = x.shape();
-  const WanVideoShape video{.batch = 2, .frames = shape[2], .height = shape[3], .width = shape[4]};
+  const bool cfg = guidance_on(r.guidance_scale);
+  const WanVideoShape video{.batch = cfg ? 2 : 1, .frames = shape[2], .height = shape[3], .width = shape[4]};
   const bool clean = first_latent != nullptr;
   DenoiserBuildFn transformer = [&](GraphBuilder& b, Value* sample, Value* timestep, Value* ctx) -> Value* {
     GraphBuilder::Scope scope = b.scope("transformer");
@@ -222,8 +231,9 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
   const DenoiseLoopSpec spec{.latent = shape,
                              .context_shape = context.shape(),
                              .timestep_dtype = DType::kF32,
-                             .timestep_shape = {2},
+                             .timestep_shape = {video.batch},
                              .guidance_scale = r.guidance_scale,
+                             .guided = cfg,
                              .fixed_first_frame = clean};
   KILN_ASSIGN_OR_RETURN(Graph loop, denoise_loop_graph(transformer, tables, spec));
   const std::vector<LoopState> state = denoise_loop_state(tables);

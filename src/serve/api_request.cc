@@ -19,7 +19,7 @@ using nlohmann::json;
 constexpr std::array kSamplers = {
     A1111Sampler{"Euler", "euler", "euler_karras"}, A1111Sampler{"Euler a", "euler_a", nullptr},
     A1111Sampler{"DDIM", "ddim", nullptr},          A1111Sampler{"DPM++ 2M", "dpmpp_2m", "dpmpp_2m_karras"},
-    A1111Sampler{"UniPC", "unipc", nullptr},
+    A1111Sampler{"UniPC", "unipc", nullptr},        A1111Sampler{"LCM", "lcm", nullptr},
 };
 
 // Reads typed fields from a JSON object; the first error sticks and every

@@ -31,7 +31,7 @@ std::unique_ptr<Pipeline> load(const ModeCase& m, const fs::path& model = kTinyS
 class TinySd : public ::testing::TestWithParam<ModeCase> {};
 
 TEST_P(TinySd, MatchesThePyTorchPipelineStepByStep) {
-  expect_matches_reference(kTinySd, kTinySd / "reference", 11, GetParam());
+  expect_matches_reference(kTinySd, kTinySd / "reference", 16, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, TinySd, ::testing::ValuesIn(kModes),

@@ -35,6 +35,11 @@ GenerateOptions case_options(const fs::path& folder, std::optional<RgbImage>& in
     o.strength = c["strength"];
   }
   if (c.contains("vae_tiling")) o.vae_tiling = c["vae_tiling"].get<bool>();
+  if (c.contains("timestep_spacing")) {
+    auto spacing = parse_timestep_spacing(c["timestep_spacing"].get<std::string>());
+    EXPECT_TRUE(spacing.ok()) << spacing.status().message();
+    if (spacing.ok()) o.timestep_spacing = *spacing;
+  }
   return o;
 }
 

@@ -122,6 +122,29 @@ TEST(WanVideoRequests, RepeatedTextsComeFromTheTextCache) {
   EXPECT_NE(std::memcmp(first.latents.raw(), other.latents.raw(), first.latents.nbytes()), 0);
 }
 
+// Guidance 1 or below runs the transformer once a step on the prompt alone:
+// guidance 0 and 1 give the same latents (the negative prompt unread, not
+// encoded), in the host loop and the whole-loop plan alike, and they are
+// what classifier-free guidance converges to as its scale nears 1.
+TEST(WanVideoRequests, GuidanceOffRunsThePromptAlone) {
+  auto generate = [&](bool whole_loop, float guidance) {
+    auto pipe = VideoPipeline::load((kTiny / "diffusers").string(), {.whole_loop = whole_loop});
+    EXPECT_TRUE(pipe.ok()) << pipe.status().message();
+    auto g = (*pipe)->generate({.prompt = "a red fox", .negative_prompt = "blurry", .seed = 4, .steps = 3,
+                                .guidance_scale = guidance, .frames = 5, .width = 64, .height = 32},
+                               [](const TensorView&) { return ok_status(); });
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return std::move(*g);
+  };
+  const VideoGeneration off = generate(false, 1.0f), zero = generate(true, 0.0f), near = generate(true, 1.001f);
+  EXPECT_EQ(off.texts_encoded, 1);
+  EXPECT_EQ(near.texts_encoded, 2);
+  EXPECT_LT(max_relative_error(zero.latents.data<float>(), off.latents), 1e-5);
+  const double to_guided = max_relative_error(near.latents.data<float>(), off.latents);
+  EXPECT_LT(to_guided, 1e-2);
+  EXPECT_GT(to_guided, 0.0);
+}
+
 TEST(WanVideoRequests, BadSizesAndFramesAreRefused) {
   auto pipe = VideoPipeline::load((kTiny / "diffusers").string(), {});
   ASSERT_TRUE(pipe.ok()) << pipe.status().message();
