@@ -85,6 +85,59 @@ TEST_P(SdCheckpoint, VaeMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Forms, SdCheckpoint, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// SDXL, both forms: the family, both text encoders (the first's hidden
+// states; the second's and its pooled text_embeds) and the UNet with its
+// added conditioning against PyTorch. (Its VAE is SD's, checked above.)
+class SdxlCheckpoint : public ::testing::TestWithParam<CheckpointCase> {};
+
+TEST_P(SdxlCheckpoint, IsReadAsSdxl) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->family, SdFamily::kSdxl);
+  EXPECT_TRUE(m->has_text_encoder && m->has_text_encoder_2);
+  EXPECT_EQ(m->unet_config.context_dim, 96);
+  EXPECT_EQ(m->unet_config.addition_time_embed_dim, 256);
+  EXPECT_EQ(m->unet_config.text_embeds_dim, 48);
+  EXPECT_EQ(m->unet_config.down_depth, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(m->unet_config.mid_depth, 2);
+  EXPECT_FLOAT_EQ(m->vae_config.scaling_factor, 0.13025f);
+  EXPECT_EQ(m->text_config.layers, 1);  // the penultimate of 2
+  EXPECT_FALSE(m->text_config.final_norm);
+  EXPECT_EQ(m->text_config_2.layers, 3);
+  EXPECT_EQ(m->text_config_2.hidden_skip, 1);
+  EXPECT_TRUE(m->text_config_2.pooled);
+}
+
+TEST_P(SdxlCheckpoint, TextEncodersMatchPyTorch) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  expect_matches_pytorch(GetParam(), "text_encoder", clip_text_graph(m->text_config, m->text_encoder));
+  expect_matches_pytorch(GetParam(), "text_encoder_2", clip_text_graph(m->text_config_2, m->text_encoder_2));
+  // The second output, the pooled text.
+  auto graph = clip_text_graph(m->text_config_2, m->text_encoder_2);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  const fs::path dir = kCheckpoints / "reference" / "sdxl" / "text_encoder_2";
+  EagerExecutor exec(*graph);
+  auto out = exec.run({{"input_ids", *npy_read((dir / "inputs" / "input_ids.npy").string())}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_EQ(out->size(), 2u);
+  testing::expect_close(fmt::format("{} text_embeds", GetParam().name), (*out)[1].view(),
+                        *npy_read((dir / "outputs" / "text_embeds.npy").string()));
+}
+
+TEST_P(SdxlCheckpoint, UnetMatchesPyTorch) {
+  auto m = open(GetParam());
+  ASSERT_TRUE(m);
+  expect_matches_pytorch(GetParam(), "unet", sd_unet_graph(m->unet_config, m->unet));
+}
+
+const CheckpointCase kSdxlCases[] = {
+    {"sdxl_single_file", "sdxl.safetensors", "sdxl", ""},
+    {"sdxl_diffusers", "sdxl-diffusers", "sdxl", ""},
+};
+INSTANTIATE_TEST_SUITE_P(Forms, SdxlCheckpoint, ::testing::ValuesIn(kSdxlCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 // A bf16 file (none is committed: made here from the f32 one) builds the
 // network its values make in f32, to the bit: its weights stay bf16 in the
 // graph, widened by the executors (kernels/kernel.h), its small parameters

@@ -518,7 +518,27 @@ def checkpoint_cases():
               "another family's weights (Flux-style keys)")
     ckpt_case("ckpt_sdxl.safetensors",
               checkpoint_file(dict(conv_in, **{"conditioner.embedders.1.model.ln_final.weight": ("F16", (1280,))})),
-              "ckpt_sdxl.safetensors: a Stable Diffusion XL checkpoint", "SDXL, not supported yet")
+              "ckpt_sdxl.safetensors: unet: the weight 'conv_out.weight' is missing",
+              "an SDXL file whose UNet is cut short")
+    # SDXL-shaped micro UNets (label_emb): each breaks one SDXL rule.
+    def micro_sdxl(context, add_inputs, **extra):
+        t = micro_sd_checkpoint()
+        b = f"{UNET}middle_block.1.transformer_blocks.0.attn2"
+        t[f"{b}.to_k.weight"] = t[f"{b}.to_v.weight"] = ("F16", (32, context))
+        t[f"{UNET}label_emb.0.0.weight"], t[f"{UNET}label_emb.0.0.bias"] = ("F16", (128, add_inputs)), ("F16", (128,))
+        t[f"{UNET}label_emb.0.2.weight"], t[f"{UNET}label_emb.0.2.bias"] = ("F16", (128, 128)), ("F16", (128,))
+        t.update(extra)
+        return checkpoint_file(t)
+    ckpt_case("ckpt_sdxl_refiner.safetensors", micro_sdxl(1280, 2560),
+              "ckpt_sdxl_refiner.safetensors: an SDXL refiner", "the SDXL refiner, not supported yet")
+    ckpt_case("ckpt_sdxl_small_add.safetensors", micro_sdxl(64, 100),
+              "add_embedding.linear_1 takes 100 inputs, fewer than 6 time ids of 256 and a text",
+              "SDXL's add_embedding too narrow for its six time ids")
+    ckpt_case("ckpt_sdxl_one_encoder.safetensors",
+              micro_sdxl(64, 1536 + 48, **{"conditioner.embedders.0.transformer.text_model.final_layer_norm.weight":
+                                           ("F16", (32,))}),
+              "ckpt_sdxl_one_encoder.safetensors: an SDXL model needs both its text encoders; it holds only the first",
+              "an SDXL file without its second text encoder")
     ckpt_case("model.ckpt", b"PK\x03\x04" + bytes(60),
               "model.ckpt: a PyTorch pickle, which kiln does not load", "a pickle checkpoint")
     ckpt_case("model.ckpt", None, "model.ckpt: a PyTorch pickle, which kiln does not load",

@@ -283,13 +283,14 @@ class Transformer2DModel(nn.Module):
     """SpatialTransformer: proj_in/out are 1x1 convs applied on NCHW (SD1) or
     Linear applied to the tokens (SD2, use_linear_projection)."""
 
-    def __init__(self, channels, heads, context_dim, linear):
+    def __init__(self, channels, heads, context_dim, linear, depth=1):
         super().__init__()
         self.channels, self.linear = channels, linear
         self.norm = nn.GroupNorm(32, channels, eps=1e-6)
         proj = (lambda: nn.Linear(channels, channels)) if linear else (lambda: nn.Conv2d(channels, channels, 1))
         self.proj_in = proj()
-        self.transformer_blocks = nn.ModuleList([BasicTransformerBlock(channels, heads, context_dim)])
+        self.transformer_blocks = nn.ModuleList([BasicTransformerBlock(channels, heads, context_dim)
+                                                 for _ in range(depth)])
         self.proj_out = proj()
 
     def forward(self, x, context):
@@ -366,11 +367,11 @@ class DownBlock2D(nn.Module):
     the output and the skips it adds: each resnet(+attention) output and
     the downsampler's."""
 
-    def __init__(self, cin, cout, layers, temb, heads, context_dim, linear, add_downsample):
+    def __init__(self, cin, cout, layers, temb, heads, context_dim, linear, add_downsample, depth=1):
         super().__init__()
         # diffusers registers attentions before resnets: the state dict's (and shards') order.
-        self.attentions = (nn.ModuleList([Transformer2DModel(cout, heads, context_dim, linear) for _ in range(layers)])
-                           if heads else None)
+        self.attentions = (nn.ModuleList([Transformer2DModel(cout, heads, context_dim, linear, depth)
+                                          for _ in range(layers)]) if heads else None)
         self.resnets = nn.ModuleList([ResnetBlock2D(cin if j == 0 else cout, cout, temb) for j in range(layers)])
         self.downsamplers = nn.ModuleList([Downsample2D(cout, padding=1)]) if add_downsample else None
 
@@ -391,11 +392,11 @@ class UpBlock2D(nn.Module):
     """UpBlock2D, or CrossAttnUpBlock2D when `heads` is given: each resnet
     takes the previous output concatenated with the last skip."""
 
-    def __init__(self, in_channels, cout, temb, heads, context_dim, linear, add_upsample):
+    def __init__(self, in_channels, cout, temb, heads, context_dim, linear, add_upsample, depth=1):
         super().__init__()
         layers = len(in_channels)
-        self.attentions = (nn.ModuleList([Transformer2DModel(cout, heads, context_dim, linear) for _ in range(layers)])
-                           if heads else None)
+        self.attentions = (nn.ModuleList([Transformer2DModel(cout, heads, context_dim, linear, depth)
+                                          for _ in range(layers)]) if heads else None)
         self.resnets = nn.ModuleList([ResnetBlock2D(cin, cout, temb) for cin in in_channels])
         self.upsamplers = nn.ModuleList([Upsample2D(cout)]) if add_upsample else None
 
@@ -410,9 +411,9 @@ class UpBlock2D(nn.Module):
 
 
 class UNetMidBlock2DCrossAttn(nn.Module):
-    def __init__(self, channels, temb, heads, context_dim, linear):
+    def __init__(self, channels, temb, heads, context_dim, linear, depth=1):
         super().__init__()
-        self.attentions = nn.ModuleList([Transformer2DModel(channels, heads, context_dim, linear)])
+        self.attentions = nn.ModuleList([Transformer2DModel(channels, heads, context_dim, linear, depth)])
         self.resnets = nn.ModuleList([ResnetBlock2D(channels, channels, temb) for _ in range(2)])
 
     def forward(self, h, temb, context):
@@ -420,21 +421,30 @@ class UNetMidBlock2DCrossAttn(nn.Module):
 
 
 class UNet2DConditionModel(nn.Module):
-    """diffusers' UNet2DConditionModel for SD 1.x/2.x configs. attention_head_dim
-    holds the head count (one for all levels, or one a level), as diffusers
-    reads it."""
+    """diffusers' UNet2DConditionModel for SD 1.x/2.x and XL configs.
+    attention_head_dim holds the head count (one for all levels, or one a
+    level), as diffusers reads it; transformer_layers_per_block the depth
+    (likewise). SDXL's addition_embed_type "text_time": add_embedding over
+    the pooled text and the six time ids' sinusoidal embeddings, added to
+    the time embedding."""
 
     def __init__(self, config):
         super().__init__()
         chans, lpb = config["block_out_channels"], config["layers_per_block"]
         heads = config["attention_head_dim"]
         heads = list(heads) if isinstance(heads, list) else [heads] * len(chans)
+        depths = config.get("transformer_layers_per_block", 1)
+        depths = list(depths) if isinstance(depths, list) else [depths] * len(chans)
         ctx, linear = config["cross_attention_dim"], config["use_linear_projection"]
         c0 = chans[0]
         temb = 4 * c0
         self.c0 = c0
         self.conv_in = nn.Conv2d(config["in_channels"], c0, 3, padding=1)
         self.time_embedding = TimestepEmbedding(c0, temb)
+        self.add_time_dim = None
+        if config.get("addition_embed_type") == "text_time":
+            self.add_time_dim = config["addition_time_embed_dim"]
+            self.add_embedding = TimestepEmbedding(config["projection_class_embeddings_input_dim"], temb)
         # diffusers registers both lists before mid_block (state dict order).
         self.down_blocks, self.up_blocks = nn.ModuleList(), nn.ModuleList()
         skips, c = [c0], c0  # channels of the skips the down path leaves
@@ -442,10 +452,10 @@ class UNet2DConditionModel(nn.Module):
             last = i == len(chans) - 1
             level_heads = heads[i] if kind.startswith("CrossAttn") else None
             self.down_blocks.append(DownBlock2D(c, chans[i], lpb, temb, level_heads, ctx, linear,
-                                                add_downsample=not last))
+                                                add_downsample=not last, depth=depths[i]))
             c = chans[i]
             skips += [c] * lpb + ([] if last else [c])
-        self.mid_block = UNetMidBlock2DCrossAttn(c, temb, heads[-1], ctx, linear)
+        self.mid_block = UNetMidBlock2DCrossAttn(c, temb, heads[-1], ctx, linear, depths[-1])
         for i, kind in enumerate(config["up_block_types"]):
             level = len(chans) - 1 - i
             cout, in_channels = chans[level], []
@@ -454,14 +464,17 @@ class UNet2DConditionModel(nn.Module):
                 c = cout
             self.up_blocks.append(UpBlock2D(in_channels, cout, temb,
                                             heads[level] if kind.startswith("CrossAttn") else None,
-                                            ctx, linear, add_upsample=level > 0))
+                                            ctx, linear, add_upsample=level > 0, depth=depths[level]))
         assert not skips
         self.conv_norm_out = nn.GroupNorm(32, c0, eps=config["norm_eps"])
         self.conv_out = nn.Conv2d(c0, config["out_channels"], 3, padding=1)
 
-    def forward(self, sample, timestep, encoder_hidden_states):
+    def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
         ctx = encoder_hidden_states
         temb = self.time_embedding(timestep_embedding(timestep, self.c0))
+        if self.add_time_dim:
+            ids = timestep_embedding(time_ids.flatten(), self.add_time_dim).reshape(time_ids.shape[0], -1)
+            temb = temb + self.add_embedding(torch.cat([text_embeds, ids], dim=-1))
         h = self.conv_in(sample)
         skips = [h]
         for block in self.down_blocks:
@@ -658,14 +671,20 @@ class CLIPTextModel(nn.Module):
             encoder=namespace(layers=nn.ModuleList([CLIPEncoderLayer(cfg) for _ in range(cfg["num_hidden_layers"])])),
             final_layer_norm=nn.LayerNorm(d, eps=1e-5))
 
-    def forward(self, input_ids):
+    def layer_outputs(self, input_ids):
+        """transformers' hidden_states: the embeddings, then each layer's output."""
         tm = self.text_model
-        b, n = input_ids.shape
+        n = input_ids.shape[1]
         x = tm.embeddings.token_embedding(input_ids) + tm.embeddings.position_embedding.weight[:n]
         mask = causal_mask(n, x.dtype)
+        outs = [x]
         for layer in tm.encoder.layers:
-            x = layer(x, mask)
-        x = tm.final_layer_norm(x)
+            outs.append(layer(outs[-1], mask))
+        return outs
+
+    def forward(self, input_ids):
+        b = input_ids.shape[0]
+        x = self.text_model.final_layer_norm(self.layer_outputs(input_ids)[-1])
         return x, x[torch.arange(b), input_ids.argmax(dim=-1)]
 
 
@@ -715,13 +734,18 @@ class OpenClipTextModel(nn.Module):
         self.text_projection = nn.Parameter(torch.empty(d, cfg["projection_dim"]))  # [in, out], used as x @ P
         self.logit_scale = nn.Parameter(torch.empty(()))
 
-    def forward(self, input_ids):
+    def layer_outputs(self, input_ids):
+        """The embeddings, then each resblock's output."""
         n = input_ids.shape[1]
         x = self.token_embedding(input_ids) + self.positional_embedding[:n]
         mask = causal_mask(n, x.dtype)
-        for block in self.transformer.resblocks[:-1]:
-            x = block(x, mask)
-        return (self.ln_final(x),)
+        outs = [x]
+        for block in self.transformer.resblocks:
+            outs.append(block(outs[-1], mask))
+        return outs
+
+    def forward(self, input_ids):
+        return (self.ln_final(self.layer_outputs(input_ids)[-2]),)
 
 
 def make_text_encoder(cfg):
@@ -829,7 +853,8 @@ def module_source(model):
 UNET_RESNET_TO_LDM = {"norm1": "in_layers.0", "conv1": "in_layers.2", "time_emb_proj": "emb_layers.1",
                       "norm2": "out_layers.0", "conv2": "out_layers.3", "conv_shortcut": "skip_connection"}
 UNET_TOP_TO_LDM = {"conv_in": "input_blocks.0.0", "time_embedding.linear_1": "time_embed.0",
-                   "time_embedding.linear_2": "time_embed.2", "conv_norm_out": "out.0", "conv_out": "out.2"}
+                   "time_embedding.linear_2": "time_embed.2", "conv_norm_out": "out.0", "conv_out": "out.2",
+                   "add_embedding.linear_1": "label_emb.0.0", "add_embedding.linear_2": "label_emb.0.2"}
 
 
 def unet_resnet_to_ldm(rest):
@@ -1432,6 +1457,205 @@ def make_tiny_family(out, name, stats):
     write_cases(os.path.join(folder, "cases"), fam, tokenizer, text, unet, vae)
 
 
+# ------------------------------------------------------------------ SDXL
+# A tiny SDXL: two text encoders (CLIP ViT-L-like in transformers' layout,
+# OpenCLIP bigG-like with a text_projection narrower than its width, so a
+# transposed projection shows), a 3-level UNet whose first level has no
+# attention and whose depths grow downwards, add_embedding over the pooled
+# text and the six time ids (embedded 256 wide, as every SDXL's), the shared
+# tiny VAE with SDXL's scaling factor.
+
+SDXL_SCALING_FACTOR = 0.13025
+# stabilityai/stable-diffusion-xl-base-1.0's scheduler_config.json.
+SDXL_SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "_diffusers_version": "0.19.0.dev0", "beta_end": 0.012,
+                  "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
+                  "interpolation_type": "linear", "num_train_timesteps": 1000, "prediction_type": "epsilon",
+                  "sample_max_value": 1.0, "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
+                  "timestep_spacing": "leading", "trained_betas": None, "use_karras_sigmas": False}
+SDXL_TIME_EMBED = 256
+
+
+def sdxl_unet_config(channels, layers_per_block, depths, context_dim, text_embeds_dim, sample_size):
+    """SDXL's unet/config.json: plain blocks where the depth is 0 (SDXL's
+    first level), cross-attention below, heads of 64 channels (at least 1)."""
+    cfg = unet_config(channels, layers_per_block, [max(1, c // 64) for c in channels], context_dim, True, False,
+                      sample_size, 0)
+    down = ["CrossAttnDownBlock2D" if d else "DownBlock2D" for d in depths]
+    cfg.update(down_block_types=down, up_block_types=[k.replace("Down", "Up") for k in reversed(down)],
+               transformer_layers_per_block=[max(1, d) for d in depths], addition_embed_type="text_time",
+               addition_time_embed_dim=SDXL_TIME_EMBED,
+               projection_class_embeddings_input_dim=text_embeds_dim + 6 * SDXL_TIME_EMBED)
+    return cfg
+
+
+SDXL_TEXT_2 = text_config("openclip", 64, 1, 3, 128, "gelu", None, projection_dim=48)
+SDXL = {
+    "name": "sdxl",
+    "text": text_config("clip", 32, 1, 2, 64, "quick_gelu", None),
+    "text_2": SDXL_TEXT_2,
+    "unet": sdxl_unet_config([32, 64, 64], 1, [0, 1, 2], 32 + 64, SDXL_TEXT_2["projection_dim"], TINY_LATENT),
+    "vae": dict(TINY_VAE, scaling_factor=SDXL_SCALING_FACTOR),
+    "scheduler": SDXL_SCHEDULER, "unet_out_scale": 3.0,
+}
+LDM_SDXL_CLIP, LDM_SDXL_OPENCLIP = "conditioner.embedders.0.transformer.", "conditioner.embedders.1.model."
+# (name, prompt, negative prompt, seed, steps, guidance, scheduler, timestep spacing)
+SDXL_CASES = [("euler_20", "a photo of a cat", "", 1, 20, 7.5, "euler", None),
+              ("dpmpp_2m_negative", "a red apple on a wooden table", "green", 2, 6, 5.0, "dpmpp_2m", None),
+              ("turbo_1_step", "a cat", "", 3, 1, 0.0, "euler_a", "trailing"),
+              ("turbo_4_steps", "a lighthouse on the coast", "", 4, 4, 0.0, "euler_a", "trailing")]
+
+
+class SdxlText(nn.Module):
+    """What kiln's SDXL text encoder graphs compute: the penultimate layer's
+    output without the final norm; for the second encoder (`pooled`) also
+    the pooled text, ln_final of the last layer at the end token (the
+    largest id) times text_projection ([in, out], OpenCLIP's)."""
+
+    def __init__(self, text, pooled):
+        super().__init__()
+        self.text, self.pooled = text, pooled
+
+    def forward(self, input_ids):
+        outs = self.text.layer_outputs(input_ids)
+        if not self.pooled:
+            return outs[-2]
+        last = self.text.ln_final(outs[-1])[torch.arange(input_ids.shape[0]), input_ids.argmax(dim=-1)]
+        return outs[-2], last @ self.text.text_projection
+
+
+def sdxl_conditions(tokenizers, text, text_2):
+    """make_tiny_sd.generate()'s conditions for SDXL, as diffusers'
+    StableDiffusionXLPipeline makes them: both encoders' penultimate states
+    side by side, the second's pooled text, time ids (original size, crop
+    (0, 0), target size); an empty negative prompt (the first of two texts)
+    all zeros, as force_zeros_for_empty_prompt has it."""
+    def conditions(texts, width, height):
+        ids = [torch.tensor([tok(t, MAX_LENGTH) for t in texts], dtype=torch.int64) for tok in tokenizers]
+        with torch.no_grad():
+            hidden_2, pooled = SdxlText(text_2, True)(ids[1])
+            context = torch.cat([SdxlText(text, False)(ids[0]), hidden_2], dim=-1)
+        if len(texts) == 2 and texts[0] == "":
+            context[0], pooled[0] = 0, 0
+        time_ids = torch.tensor([[height, width, 0, 0, height, width]] * len(texts), dtype=torch.float32)
+        return context, pooled, time_ids
+    return conditions
+
+
+def sdxl_ldm_checkpoint(fam, sources, dtype):
+    """SDXL's single file (sgm's layout): the UNet with label_emb, the VAE,
+    conditioner.embedders.0.transformer.* (CLIP, transformers' names) and
+    .1.model.* (OpenCLIP, text_projection included); (used, unused, ignored)."""
+    levels = len(fam["vae"]["block_out_channels"])
+    used = {LDM_UNET + unet_key_to_ldm(n, fam["unet"]): Entry(dtype, shape, produce)
+            for n, (shape, produce) in sources["unet"].items()}
+    ignored = {(LDM_SDXL_CLIP + k[len(LDM_CLIP):] if k.startswith(LDM_CLIP) else k): e
+               for k, e in ldm_ignored_entries(fam, used).items()}
+    for name, (shape, produce) in sources["vae"].items():
+        ldm = vae_key_to_ldm(name, levels)
+        ldm_shape = vae_ldm_shape(ldm, shape)
+        used[LDM_VAE + ldm] = Entry(dtype, ldm_shape, lambda p=produce, s=ldm_shape: p().reshape(s))
+    for name, (shape, produce) in sources["text_encoder"].items():
+        used[LDM_SDXL_CLIP + name] = Entry(dtype, shape, produce)
+    for name, (shape, produce) in sources["text_encoder_2"].items():
+        (ignored if name == "logit_scale" else used)[LDM_SDXL_OPENCLIP + name] = Entry(dtype, shape, produce)
+    return used, {}, ignored
+
+
+def sdxl_hf_text_2(text_2, cfg):
+    """diffusers' text_encoder_2: transformers' CLIPTextModelWithProjection
+    over the OpenCLIP weights (every layer), text_projection as a Linear
+    weight [out, in]: the source of its folder's weights."""
+    state = {k: v.detach().clone() for k, v in
+             openclip_to_hf(text_2.state_dict(), cfg, cfg["num_hidden_layers"]).items()}
+    state["text_projection.weight"] = text_2.text_projection.detach().t().contiguous()
+    return {name: (tuple(t.shape), lambda t=t: t.numpy()) for name, t in state.items()}
+
+
+def write_sdxl_folder(folder, fam, sources, text_jsons, tokenizer_dirs):
+    """SDXL's diffusers folder: two text encoders and tokenizers, F16 weights."""
+    index = {"_class_name": "StableDiffusionXLPipeline", "_diffusers_version": DIFFUSERS_VERSION,
+             "force_zeros_for_empty_prompt": True, "scheduler": ["diffusers", "EulerDiscreteScheduler"],
+             "text_encoder": ["transformers", "CLIPTextModel"], "text_encoder_2": ["transformers",
+                                                                                   "CLIPTextModelWithProjection"],
+             "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "CLIPTokenizer"],
+             "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]}
+    write_json(os.path.join(folder, "model_index.json"), index)
+    write_json(os.path.join(folder, "scheduler", "scheduler_config.json"), fam["scheduler"])
+    write_json(os.path.join(folder, "unet", "config.json"), fam["unet"])
+    write_json(os.path.join(folder, "vae", "config.json"), fam["vae"])
+    for component, tokenizer in (("text_encoder", "tokenizer"), ("text_encoder_2", "tokenizer_2")):
+        write_json(os.path.join(folder, component, "config.json"), text_jsons[component])
+        shutil.copytree(tokenizer_dirs[component], os.path.join(folder, tokenizer))
+    for component, source in sources.items():
+        stem = "model" if component.startswith("text_encoder") else "diffusion_pytorch_model"
+        write_safetensors(os.path.join(folder, component, stem + ".safetensors"), entries_of(source, "F16"))
+
+
+def make_tiny_sdxl(out, stats):
+    fam = dict(SDXL)
+    dirs = {"text_encoder": os.path.join(out, "sdxl-tokenizer"), "text_encoder_2": os.path.join(out, "sdxl-tokenizer-2")}
+    clip_bpe.write_tokenizer_dir(dirs["text_encoder"], pad_token=clip_bpe.EOS)
+    clip_bpe.write_tokenizer_dir(dirs["text_encoder_2"], pad_token="!")
+    tokenizers = [clip_bpe.ClipTokenizer(dirs[c]) for c in ("text_encoder", "text_encoder_2")]
+    vocab = len(tokenizers[0].encoder)
+    fam["text"], fam["text_2"] = dict(fam["text"], vocab_size=vocab), dict(fam["text_2"], vocab_size=vocab)
+    text = build_component(dict(fam, name="sdxl"), "text_encoder")[0]
+    text_2 = build_component(dict(fam, name="sdxl", text=fam["text_2"]), "text_encoder")[0]
+    fill_params(text_2, "sdxl/text_encoder_2", init_rules(text_2))
+    unet = build_component(dict(fam, name="sdxl"), "unet")[0]
+    vae = build_component(dict(fam, name="sdxl"), "vae")[0]
+    counts = {"text_encoder": param_count(text), "text_encoder_2": param_count(text_2), "unet": param_count(unet),
+              "vae": param_count(vae)}
+    print("== sdxl: vocab {}, params {}".format(vocab, ", ".join(f"{k} {v}" for k, v in counts.items())))
+    stats["sdxl"] = {"params": counts}
+    sources = {"unet": module_source(unet), "vae": module_source(vae), "text_encoder": module_source(text),
+               "text_encoder_2": module_source(text_2)}
+    stats["sdxl"]["sdxl.safetensors"] = write_ldm_file(os.path.join(out, "sdxl.safetensors"),
+                                                       sdxl_ldm_checkpoint(fam, sources, "F16"))
+    special = [(t.bos_id, t.eos_id, t.pad_id) for t in tokenizers]
+    text_jsons = {"text_encoder": clip_config_json(fam["text"], special[0]),
+                  "text_encoder_2": dict(clip_config_json(dict(fam["text_2"], arch="clip"), special[1]),
+                                         architectures=["CLIPTextModelWithProjection"])}
+    write_sdxl_folder(os.path.join(out, "sdxl-diffusers"), fam,
+                      dict(sources, text_encoder_2=sdxl_hf_text_2(text_2, fam["text_2"])), text_jsons, dirs)
+
+    # References: each network, then whole generations.
+    folder = os.path.join(out, "reference", "sdxl")
+    gen = torch.Generator().manual_seed(2025)
+    ids = [torch.tensor([t(p, MAX_LENGTH) for p in REFERENCE_PROMPTS], dtype=torch.int64) for t in tokenizers]
+    first = in_dtype(SdxlText(text, False))
+    context_1 = write_model_reference(folder, "text_encoder", first, {"input_ids": ids[0]}, "hidden_states")
+    second = in_dtype(SdxlText(text_2, True))
+    context_2 = write_model_reference(folder, "text_encoder_2", lambda d: (lambda x: second(d)(x)[0]),
+                                      {"input_ids": ids[1]}, "hidden_states")
+    pooled = write_model_reference(folder, "text_encoder_2", lambda d: (lambda x: second(d)(x)[1]),
+                                   {"input_ids": ids[1]}, "text_embeds")
+    latent = fam["unet"]["sample_size"]
+    side = float(latent * vae_factor(fam))
+    write_model_reference(folder, "unet", in_dtype(unet), {
+        "sample": torch.randn(2, LATENT_CHANNELS, latent, latent, generator=gen),
+        "timestep": torch.tensor([981.0, 1.0]),
+        "encoder_hidden_states": torch.from_numpy(np.concatenate([context_1, context_2], axis=-1)),
+        "text_embeds": torch.from_numpy(pooled),
+        "time_ids": torch.tensor([[side, side, 0.0, 0.0, side, side], [2 * side, side, 4.0, 8.0, side, side]])},
+        "out_sample")
+    spec = {"max_length": MAX_LENGTH, "factor": vae_factor(fam), "scaling_factor": SDXL_SCALING_FACTOR,
+            "scheduler": fam["scheduler"]}
+    size = case_size(fam)
+    conditions = sdxl_conditions(tokenizers, text, text_2)
+    for name, prompt, negative, seed, steps, guidance, scheduler, spacing in SDXL_CASES:
+        case = {"prompt": prompt, "negative_prompt": negative, "seed": seed, "steps": steps,
+                "guidance_scale": guidance, "scheduler": scheduler, "width": size, "height": size}
+        if spacing:
+            case.update(timestep_spacing=spacing)
+        trajectory, _, pixels = generate(None, None, unet, vae.decode, vae.encode, prompt, negative, seed, steps,
+                                         guidance, scheduler, size, size, spec=spec, spacing=spacing,
+                                         conditions=conditions)
+        write_reference_case(os.path.join(folder, "cases", name), trajectory, pixels, case)
+        print(f"   cases/{name}: final latent max|x| {np.abs(trajectory[-1]).max():.3f}, "
+              f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
+
+
 # ------------------------------------------------------------- full size
 
 def full_size(args):
@@ -1487,7 +1711,7 @@ def export_full_onnx(folder, fam):
 
 README_HEAD = """# sd-checkpoints
 
-Tiny Stable Diffusion 1.x / 2.x models with random weights, in the file layouts users
+Tiny Stable Diffusion 1.x / 2.x / XL models with random weights, in the file layouts users
 hold, and PyTorch's outputs for them: test data for kiln's native checkpoint loaders.
 Generated by `tools/make_tiny_checkpoints.py`, do not edit; regenerate with
 `/usr/bin/python3 tools/make_tiny_checkpoints.py` (deterministic: identical files every run).
@@ -1502,7 +1726,15 @@ files agree exactly). Architectures (diffusers configs in the folders' config.js
   ln_final(penultimate), the last resblock and text_projection stored but unused); UNet
   [64, 64], layers_per_block 1, heads C/64, Linear proj_in/out, upcast_attention, context 64;
   v-prediction (DDIM).
-- VAE of both: [32, 64] (factor 2), 1 resnet a level (2 in the decoder), a channel change with
+- sdxl: two text encoders, CLIP (HF layout, 32 wide, 1 head, 2 layers, quick_gelu) and OpenCLIP
+  (64 wide, 1 head, 3 resblocks, gelu, text_projection 64 -> 48); the context is both
+  penultimate layers without the final norm side by side (96 wide), the pooled text the second's
+  ln_final at the end token through text_projection. UNet [32, 64, 64], layers_per_block 1, no
+  attention at the first level and transformer depths 1 and 2 below (middle 2), heads C/64,
+  Linear proj_in/out, add_embedding over the pooled text and the 6 time ids embedded 256 wide;
+  VAE scaling factor 0.13025; SDXL base's scheduler (Euler, leading); an empty negative prompt
+  is zeros.
+- VAE of all: [32, 64] (factor 2), 1 resnet a level (2 in the decoder), a channel change with
   its nin_shortcut in the encoder and in the decoder. Latents of the references and cases are
   16 x 16, so images are 32 x 32.
 
@@ -1516,8 +1748,12 @@ files agree exactly). Architectures (diffusers configs in the folders' config.js
 | `sd1-diffusers-sharded/` | F32: unet, text_encoder in 2 shards + `*.safetensors.index.json`, vae whole; and the `.fp16.safetensors` files of `sd1-diffusers/` (identical bytes) side by side |
 | `sd2-diffusers/` | `.fp16` only; unet in 2 shards named as diffusers names a variant's (`diffusion_pytorch_model.fp16-0000k-of-00002.safetensors`, `diffusion_pytorch_model.safetensors.index.fp16.json`); text_encoder = OpenCLIP converted (2 layers, gelu) |
 | `sd1-onnx/` | the sd1 weights in optimum's ONNX layout, F32 (as `tests/models/tiny-sd`) |
+| `sdxl.safetensors` | SDXL single file in sgm's layout, F16 (`conditioner.embedders.0.transformer.*`, `conditioner.embedders.1.model.*`, `label_emb`) |
+| `sdxl-diffusers/` | SDXL diffusers folder, F16: `text_encoder_2` as CLIPTextModelWithProjection, `tokenizer_2` padding with `!` |
+| `sdxl-tokenizer/`, `sdxl-tokenizer-2/` | SDXL's two tokenizers (EOS padding, `!` padding) |
 | `reference/<family>/<model>/` | `inputs/*.npy`, `outputs/*.npy`: float64 references stored float32 |
-| `.../text_encoder/` | input_ids -> hidden_states, the context the pipeline feeds the UNet |
+| `.../text_encoder/` | input_ids -> hidden_states, the context the pipeline feeds the UNet (SDXL: the first encoder's part) |
+| `reference/sdxl/text_encoder_2/` | input_ids -> hidden_states and text_embeds (the pooled text) |
 | `.../unet/`, `vae_decoder/`, `vae_encoder/` | -> out_sample; post_quant_conv + decoder; encoder + quant_conv |
 | `reference/<family>/cases/<case>/` | whole-pipeline cases in tiny-sd's format (`case.json`, ...) |
 
@@ -1594,6 +1830,7 @@ def main():
     stats = {}
     for name in FAMILIES:
         make_tiny_family(out, name, stats)
+    make_tiny_sdxl(out, stats)
     # What a single file needs of a tokenizer, beside it (kiln looks in
     # <checkpoint's folder>/tokenizer): the two tables; the family sets the padding.
     os.makedirs(os.path.join(out, "tokenizer"))

@@ -244,7 +244,7 @@ TINY_SD = {"max_length": MAX_LENGTH, "factor": 8, "scaling_factor": SCALING_FACT
 
 
 def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, steps, guidance, scheduler, width,
-             height, init=None, strength=None, spec=TINY_SD, spacing=None):
+             height, init=None, strength=None, spec=TINY_SD, spacing=None, conditions=None):
     """The pipeline kiln implements, in PyTorch float32: CFG with a batched
     uncond/cond pass (for a guidance scale over 1; otherwise one pass on the
     prompt alone, as diffusers), the scheduler's update (its timestep spacing
@@ -253,7 +253,10 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
     seed's first draws, noised with the next ones to the level of the step
     that `strength` picks, as diffusers' img2img pipeline starts. `spec`
     holds what differs between pipelines: the tokenizer's length, the VAE's
-    factor and scaling, the scheduler config."""
+    factor and scaling, the scheduler config. `conditions(texts, width,
+    height)`, when given, makes the UNet's conditioning (a tuple of tensors,
+    a row a text; SDXL's context, pooled text and time ids) in place of
+    `text` over `tokenizer`'s ids."""
     kind, karras = (scheduler[:-len("_karras")], True) if scheduler.endswith("_karras") else (scheduler, False)
     config = dict(spec["scheduler"], use_karras_sigmas=karras)
     if spacing:
@@ -263,9 +266,12 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
     max_length, factor, scaling = spec["max_length"], spec["factor"], spec["scaling_factor"]
     guided = guidance > 1
     texts = [negative, prompt] if guided else [prompt]
-    ids = torch.tensor([tokenizer(t, max_length) for t in texts], dtype=torch.int64)
-    with torch.no_grad():
-        context = text(ids)[0]
+    if conditions:
+        conditioning = conditions(texts, width, height)
+    else:
+        ids = torch.tensor([tokenizer(t, max_length) for t in texts], dtype=torch.int64)
+        with torch.no_grad():
+            conditioning = (text(ids)[0],)
     shape = (1, LATENT_CHANNELS, height // factor, width // factor)
     count = int(np.prod(shape))
     pairs = (count + 1) // 2
@@ -288,7 +294,7 @@ def generate(tokenizer, text, unet, decoder, encoder, prompt, negative, seed, st
         t = sched.timesteps[i]
         model_in = (torch.cat([latents, latents]) if guided else latents) * float(sched.input_scale(i))
         with torch.no_grad():
-            out = unet(model_in, torch.full((model_in.shape[0],), float(t)), context)
+            out = unet(model_in, torch.full((model_in.shape[0],), float(t)), *conditioning)
         if guided:
             uncond, cond = out.chunk(2)
             out = uncond + guidance * (cond - uncond)

@@ -276,7 +276,7 @@ Handler add_generate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate an image from a prompt with a Stable Diffusion model, or a video with Wan2.2 TI2V");
   cmd->add_option("--model,-m", f->model,
-                  "a Stable Diffusion 1.x/2.x model: a single-file checkpoint (.safetensors), a diffusers folder, or "
+                  "a Stable Diffusion 1.x/2.x/XL model: a single-file checkpoint (.safetensors), a diffusers folder, or "
                   "optimum's ONNX folder; or Wan2.2 TI2V-5B (its diffusers folder, or Wan's own with its .pth files "
                   "converted to .safetensors) for video; default: kiln's own shapes model (below)");
   cmd->add_option("--variant", f->variant,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "models/sd_model.h"
 #include "models/wan_model.h"
@@ -20,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kComponents[] = {"unet", "text_encoder", "vae_decoder", "vae_encoder"};
+constexpr const char* kComponents[] = {"unet", "text_encoder", "text_encoder_2", "vae_decoder", "vae_encoder"};
 constexpr const char* kWanComponents[] = {"transformer", "text_encoder", "vae_decoder", "vae_encoder"};
 // The sizes a Wan network is built for (not dims of its inputs).
 const std::set<std::string> kWanBuildSizes = {"batch", "frames", "height", "width", "first_frame_clean", "tokens"};
@@ -39,8 +40,9 @@ Result<bool> holds_sd_unet(const std::string& path) {
 Status check_component(const ModelRef& ref) {
   for (const char* c : kComponents)
     if (ref.component == c) return ok_status();
-  return invalid_argument("--component {}: not a network of {} (unet, text_encoder, vae_decoder, vae_encoder)",
-                          ref.component, ref.path);
+  return invalid_argument(
+      "--component {}: not a network of {} (unet, text_encoder, text_encoder_2 (SDXL), vae_decoder, vae_encoder)",
+      ref.component, ref.path);
 }
 
 Result<Graph> checkpoint_graph(const ModelRef& ref, std::map<std::string, int64_t>* default_dims) {
@@ -56,6 +58,10 @@ Result<Graph> checkpoint_graph(const ModelRef& ref, std::map<std::string, int64_
     if (!m->has_text_encoder) return not_found("{}: no text encoder in it", ref.path);
     dims = {{"batch", 2}};
     graph = clip_text_graph(m->text_config, m->text_encoder);
+  } else if (c == "text_encoder_2") {
+    if (!m->has_text_encoder_2) return not_found("{}: no second text encoder in it (SDXL's)", ref.path);
+    dims = {{"batch", 2}};
+    graph = clip_text_graph(m->text_config_2, m->text_encoder_2);
   } else {
     if (!m->has_vae) return not_found("{}: no VAE in it", ref.path);
     const int64_t side = c == "vae_decoder" ? size : size * m->vae_config.factor();
@@ -139,8 +145,8 @@ void add_model_flags(CLI::App* cmd, ModelRef& ref, const std::string& what) {
   CLI::Option* positional = cmd->add_option("MODEL", ref.path, what);
   cmd->add_option("--model,-m", ref.path, "the same as MODEL")->excludes(positional);
   cmd->add_option("--component", ref.component,
-                  "the network of a model folder or checkpoint: unet (default), text_encoder, vae_decoder or "
-                  "vae_encoder; of a Wan folder: transformer (default), text_encoder, vae_decoder (a later "
+                  "the network of a model folder or checkpoint: unet (default), text_encoder, text_encoder_2 "
+                  "(SDXL's second), vae_decoder or vae_encoder; of a Wan folder: transformer (default), text_encoder, vae_decoder (a later "
                   "latent frame's call, with its caches) or vae_encoder");
   cmd->add_option("--variant", ref.variant, "a diffusers folder's weights variant, e.g. fp16");
 }
@@ -297,6 +303,7 @@ std::optional<Result<std::string>> describe_checkpoint(const ModelRef& ref) {
   // Building every network marks the weights each reads: what is left is unused.
   for (Status s : {sd_unet_graph(m.unet_config, m.unet).status(),
                    m.has_text_encoder ? clip_text_graph(m.text_config, m.text_encoder).status() : ok_status(),
+                   m.has_text_encoder_2 ? clip_text_graph(m.text_config_2, m.text_encoder_2).status() : ok_status(),
                    m.has_vae && m.vae_config.has_decoder ? vae_decoder_graph(m.vae_config, m.vae).status() : ok_status(),
                    m.has_vae && m.vae_config.has_encoder ? vae_encoder_graph(m.vae_config, m.vae).status() : ok_status()})
     if (!s.ok()) return Result<std::string>(s.with_context(ref.path));
@@ -311,6 +318,9 @@ std::optional<Result<std::string>> describe_checkpoint(const ModelRef& ref) {
       fmt::join(u.up_depth, "/"), u.mid_depth, fmt::join(u.heads, "/"), u.context_dim,
       u.linear_projection ? "linear" : "1x1 conv", u.upcast_attention ? "attention upcast to f32, " : "",
       u.time_embed_dim, u.in_channels, u.sample_size, u.sample_size);
+  if (u.addition_time_embed_dim)
+    out += fmt::format("  added conditioning (SDXL): a {}-wide pooled text and 6 size ids embedded {} wide\n",
+                       u.text_embeds_dim, u.addition_time_embed_dim);
   if (m.has_vae) {
     const VaeConfig& v = m.vae_config;
     out += fmt::format("vae: {}\n", weights_line(m.vae));
@@ -320,15 +330,20 @@ std::optional<Result<std::string>> describe_checkpoint(const ModelRef& ref) {
                        v.latent_channels, v.factor(), v.scaling_factor,
                        v.has_encoder && v.has_decoder ? "encoder and decoder" : v.has_encoder ? "encoder only" : "decoder only");
   }
-  if (m.has_text_encoder) {
-    const ClipTextConfig& t = m.text_config;
-    out += fmt::format("text_encoder: {}\n", weights_line(m.text_encoder));
-    out += fmt::format("  CLIP, width {}, {} layers run, {} heads, MLP {}, {}, vocabulary {}, {} positions\n", t.width,
-                       t.layers, t.heads, t.intermediate, t.activation, count(t.vocab_size), t.max_positions);
+  for (const auto& [name, t, w, has] : {std::tuple{"text_encoder", &m.text_config, &m.text_encoder, m.has_text_encoder},
+                                         std::tuple{"text_encoder_2", &m.text_config_2, &m.text_encoder_2,
+                                                    m.has_text_encoder_2}}) {
+    if (!has) continue;
+    out += fmt::format("{}: {}\n", name, weights_line(*w));
+    out += fmt::format("  CLIP, width {}, {} layers run, {} heads, MLP {}, {}, vocabulary {}, {} positions; the "
+                       "context: layer {}'s output{}{}\n",
+                       t->width, t->layers, t->heads, t->intermediate, t->activation, count(t->vocab_size),
+                       t->max_positions, t->layers - t->hidden_skip, t->final_norm ? ", final-normed" : "",
+                       t->pooled ? "; the pooled text through text_projection" : "");
   }
   // By the keys the files give them (a packed tensor read as three counts once).
   std::vector<std::string> unused = m.unclaimed_keys;
-  for (const WeightSet* w : {&m.unet, &m.vae, &m.text_encoder})
+  for (const WeightSet* w : {&m.unet, &m.vae, &m.text_encoder, &m.text_encoder_2})
     for (const std::string& name : w->unused()) unused.push_back(w->origin(name));
   std::sort(unused.begin(), unused.end());
   unused.erase(std::unique(unused.begin(), unused.end()), unused.end());

@@ -54,6 +54,11 @@ Result<Graph> clip_text_graph(const ClipTextConfig& c, const WeightSet& weights)
     return invalid_argument("{}: a width of {} does not split into {} heads", weights.label(), c.width, c.heads);
   if (c.activation != "quick_gelu" && c.activation != "gelu")
     return unsupported("{}: activation '{}' (kiln runs quick_gelu and gelu)", weights.label(), c.activation);
+  if (c.hidden_skip < 0 || c.hidden_skip >= c.layers)
+    return invalid_argument("{}: hidden states {} blocks before the last of {}", weights.label(), c.hidden_skip,
+                            c.layers);
+  if (c.pooled && !weights.contains("text_projection.weight") && !weights.contains("text_projection"))
+    return not_found("{}: no text_projection, which the pooled text needs", weights.label());
   GraphBuilder b("text_encoder");
   NetBuilder n(b, weights);
   const int64_t s = c.max_positions;
@@ -73,10 +78,29 @@ Result<Graph> clip_text_graph(const ClipTextConfig& c, const WeightSet& weights)
       if (b.ok() && x->dtype != DType::kF32) x = b.op(OpKind::kCast, {x}, {{"to", int64_t(1)}});
       x = n.add(x, n.param("position_embedding.weight"));
     }
-    for (int64_t i = 0; i < c.layers; ++i) x = encoder_layer(n, c, x, mask, fmt::format("encoder.layers.{}", i));
-    x = n.layer_norm(x, "final_layer_norm", c.eps);
+    Value* hidden = x;
+    for (int64_t i = 0; i < c.layers; ++i) {
+      x = encoder_layer(n, c, x, mask, fmt::format("encoder.layers.{}", i));
+      if (i == c.layers - 1 - c.hidden_skip) hidden = x;
+    }
+    if (c.final_norm) hidden = n.layer_norm(hidden, "final_layer_norm", c.eps);
+    b.output(hidden, "hidden_states");
+    if (c.pooled) x = n.layer_norm(x, "final_layer_norm", c.eps);
   }
-  b.output(x, "hidden_states");
+  if (c.pooled) {
+    // The end token's row: a one-hot of argmax(ids) over the positions, summed against x.
+    Value* end = b.op(OpKind::kArgMax, {ids}, {{"axis", int64_t(1)}, {"keepdims", int64_t(1)}});
+    std::vector<int64_t> places(static_cast<size_t>(s));
+    for (int64_t i = 0; i < s; ++i) places[size_t(i)] = i;
+    Value* one_hot = b.op(OpKind::kCast, {b.op(OpKind::kEqual, {end, b.ints("positions", places)})},
+                          {{"to", int64_t(1)}});
+    Value* row = b.op(OpKind::kReduceSum, {n.mul(x, n.reshape(one_hot, {0, s, 1})), b.ints("axis", {1})},
+                      {{"keepdims", int64_t(0)}});
+    Value* pooled = n.has("text_projection.weight")
+                        ? n.linear(row, "text_projection")
+                        : b.op(OpKind::kMatMul, {row, n.param("text_projection")});
+    b.output(pooled, "text_embeds");
+  }
   return std::move(b).finish();
 }
 

@@ -10,7 +10,11 @@
 // The graph: input_ids [batch, max_positions] (i64) -> hidden_states
 // [batch, max_positions, width], the output of `layers` pre-LN blocks with
 // causal self-attention, then the final LayerNorm: the context Stable
-// Diffusion's UNet attends to.
+// Diffusion's UNet attends to. SDXL reads its encoders differently: the
+// hidden states of the penultimate block without the final LayerNorm and,
+// from its second encoder, the pooled text (text_embeds [batch, projection]):
+// the last block's output at the end token (the largest id, CLIP's
+// convention), final-normed and projected by text_projection.
 #pragma once
 
 #include <string>
@@ -26,6 +30,13 @@ struct ClipTextConfig {
   int64_t heads = 12;   // not in any shape: config.json's, else width / 64 (every CLIP text tower)
   std::string activation = "quick_gelu";  // or "gelu" (OpenCLIP's)
   float eps = 1e-5f;
+  // hidden_states: the output of block layers - hidden_skip (SDXL's second
+  // encoder: 1, the penultimate), final-normed where final_norm (SDXL: not).
+  int64_t hidden_skip = 0;
+  bool final_norm = true;
+  // A second output, text_embeds: the pooled text through text_projection
+  // (transformers' [P, width] text_projection.weight, or OpenCLIP's [width, P]).
+  bool pooled = false;
 };
 
 // Everything but the heads' count (width / 64) and the activation

@@ -91,6 +91,16 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& w) {
                               c.layers_per_block, c.layers_per_block + 1);
     if (attention.empty() && c.down_depth.back()) attention = down + "attentions.0.";
   }
+  if (w.contains("add_embedding.linear_1.weight")) {
+    // SDXL: add_embedding takes the pooled text and 6 time ids, each embedded
+    // 256 wide (every SDXL's; a folder's config.json may say otherwise).
+    KILN_ASSIGN_OR_RETURN(Shape add, w.checked_shape("add_embedding.linear_1.weight", 2));
+    c.addition_time_embed_dim = 256;
+    c.text_embeds_dim = add[1] - 6 * c.addition_time_embed_dim;
+    if (c.text_embeds_dim < 1)
+      return invalid_argument("{}: add_embedding.linear_1 takes {} inputs, fewer than 6 time ids of {} and a text",
+                              w.label(), add[1], c.addition_time_embed_dim);
+  }
   c.mid_depth = w.indexed_count("mid_block.attentions.0.transformer_blocks.");
   if (attention.empty() && c.mid_depth) attention = "mid_block.attentions.0.";
   for (int64_t d : c.down_depth)
@@ -113,14 +123,26 @@ std::vector<int64_t> sd_unet_heads(const SdUnetConfig& c, int64_t heads, int64_t
   return out;
 }
 
-Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& c, Value* sample, Value* timestep, Value* context) {
+Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& c, Value* sample, Value* timestep, Value* context,
+                     Value* text_embeds, Value* time_ids) {
   const int64_t levels = c.levels();
   if (levels < 1 || int64_t(c.heads.size()) != levels)
     return n.b.fail(invalid_argument("{}: the UNet config has {} levels and {} head counts", n.w.label(), levels,
                                      c.heads.size()));
+  if (bool(c.addition_time_embed_dim) != (text_embeds && time_ids))
+    return n.b.fail(invalid_argument("{}: SDXL's UNet takes text_embeds and time_ids, the others neither",
+                                     n.w.label()));
   Value* temb = timestep_embedding(n, timestep, c.block_out_channels[0]);
   temb = n.linear(temb, "time_embedding.linear_1", "swish");
-  Value* temb_silu = n.silu(n.linear(temb, "time_embedding.linear_2"));  // every resnet reads SiLU(temb)
+  temb = n.linear(temb, "time_embedding.linear_2");
+  if (c.addition_time_embed_dim) {
+    // SDXL: + add_embedding(text_embeds ++ the time ids' embeddings, flattened).
+    Value* ids = timestep_embedding(n, n.reshape(time_ids, {-1}), c.addition_time_embed_dim);
+    Value* added = n.concat({text_embeds, n.reshape(ids, {-1, 6 * c.addition_time_embed_dim})}, 1);
+    added = n.linear(added, "add_embedding.linear_1", "swish");
+    temb = n.linear(added, "add_embedding.linear_2", "none", 1.0f, temb);
+  }
+  Value* temb_silu = n.silu(temb);  // every resnet reads SiLU(temb)
 
   Value* h = n.conv(sample, "conv_in", {.pad = 1});
   std::vector<Value*> skips = {h};
@@ -166,7 +188,12 @@ Result<Graph> sd_unet_graph(const SdUnetConfig& c, const WeightSet& weights) {
   Value* sample = b.input("sample", DType::kF32, {Dim::named("batch"), c.in_channels, Dim::named("height"), Dim::named("width")});
   Value* timestep = b.input("timestep", DType::kF32, {Dim::named("batch")});
   Value* context = b.input("encoder_hidden_states", DType::kF32, {Dim::named("batch"), Dim::named("sequence"), c.context_dim});
-  b.output(build_sd_unet(n, c, sample, timestep, context), "out_sample");
+  Value *text_embeds = nullptr, *time_ids = nullptr;
+  if (c.addition_time_embed_dim) {
+    text_embeds = b.input("text_embeds", DType::kF32, {Dim::named("batch"), c.text_embeds_dim});
+    time_ids = b.input("time_ids", DType::kF32, {Dim::named("batch"), 6});
+  }
+  b.output(build_sd_unet(n, c, sample, timestep, context, text_embeds, time_ids), "out_sample");
   return std::move(b).finish();
 }
 

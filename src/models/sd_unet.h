@@ -1,5 +1,5 @@
-// The Stable Diffusion 1.x/2.x UNet (diffusers' UNet2DConditionModel, LDM's
-// openaimodel.UNetModel), built from its weights under diffusers' names.
+// The Stable Diffusion 1.x/2.x and XL UNet (diffusers' UNet2DConditionModel,
+// LDM's openaimodel.UNetModel), built from its weights under diffusers' names.
 //
 //   KILN_ASSIGN_OR_RETURN(SdUnetConfig config, sd_unet_config_from_weights(weights));
 //   config.heads = sd_unet_heads(config, /*heads=*/8, /*head_dim=*/0);       // SD 1.x: 8 heads
@@ -7,13 +7,17 @@
 //
 // The architecture is read from the tensors' shapes: the levels and their
 // widths, the resnets a level, which levels attend and how deep, the
-// context width, a conv (SD 1.x) or linear (SD 2.x) proj_in. Only the head
-// count is not in any shape: a folder's config.json gives it, a family's
-// rule otherwise (SD 1.x 8 heads, SD 2.x heads of 64 channels).
+// context width, a conv (SD 1.x) or linear (SD 2.x, XL) proj_in, SDXL's
+// added conditioning (add_embedding, LDM's label_emb). Only the head count is
+// not in any shape: a folder's config.json gives it, a family's rule
+// otherwise (SD 1.x 8 heads, SD 2.x and XL heads of 64 channels).
 //
 // The graph: sample [batch, C, height, width], timestep [batch] (f32) and
-// encoder_hidden_states [batch, sequence, context] -> out_sample, the
-// names optimum's ONNX export gives them.
+// encoder_hidden_states [batch, sequence, context], and for SDXL text_embeds
+// [batch, P] (the pooled text) and time_ids [batch, 6] (original size, crop,
+// target size) -> out_sample, the names optimum's ONNX export gives them.
+// SDXL's time embedding gains add_embedding(text_embeds ++ each time id's
+// sinusoidal embedding, addition_time_embed_dim wide).
 #pragma once
 
 #include <vector>
@@ -38,6 +42,9 @@ struct SdUnetConfig {
   int64_t norm_groups = 32;
   float norm_eps = 1e-5f;
   int64_t sample_size = 64;  // the latent size it was trained at (config.json; the family's otherwise)
+  // SDXL's added conditioning: each time id embedded this wide (256; 0: none)
+  // and the pooled text's width (add_embedding's input less 6 of those).
+  int64_t addition_time_embed_dim = 0, text_embeds_dim = 0;
 
   int64_t levels() const { return int64_t(block_out_channels.size()); }
 };
@@ -48,8 +55,10 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& weights);
 // Heads per level: `heads` each (SD 1.x), or channels / `head_dim` (SD 2.x).
 std::vector<int64_t> sd_unet_heads(const SdUnetConfig& config, int64_t heads, int64_t head_dim);
 
-// The UNet's noise prediction, built into n's graph.
-Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& config, Value* sample, Value* timestep, Value* context);
+// The UNet's noise prediction, built into n's graph; text_embeds and
+// time_ids only for a config with addition_time_embed_dim.
+Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& config, Value* sample, Value* timestep, Value* context,
+                     Value* text_embeds = nullptr, Value* time_ids = nullptr);
 Result<Graph> sd_unet_graph(const SdUnetConfig& config, const WeightSet& weights);
 
 // Sinusoidal embedding of t [B] -> [B, dim], cosines first (diffusers'

@@ -5,10 +5,12 @@
 namespace kiln {
 
 DenoiserBuildFn inline_denoiser(const Graph& unet) {
-  return [&unet](GraphBuilder& b, Value* sample, Value* timestep, Value* context) -> Value* {
+  return [&unet](GraphBuilder& b, Value* sample, Value* timestep, const ConditionValues& conditions) -> Value* {
     GraphBuilder::Scope scope = b.scope("unet");
-    std::vector<Value*> out =
-        b.inline_graph(unet, {{"sample", sample}, {"timestep", timestep}, {"encoder_hidden_states", context}});
+    std::map<std::string, Value*> inputs(conditions.begin(), conditions.end());
+    inputs.emplace("sample", sample);
+    inputs.emplace("timestep", timestep);
+    std::vector<Value*> out = b.inline_graph(unet, inputs);
     if (out.empty()) return b.fail(invalid_argument("the UNet has no output"));
     return out[0];
   };
@@ -29,8 +31,13 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
     return invalid_argument("the latents must be [batch, channels, h, w] or [batch, channels, frames, h, w]");
   const int64_t b = spec.latent[0];
   const int64_t rows = spec.guided ? 2 * b : b;
-  if (spec.context_shape.size() != 3 || spec.context_shape[0] != rows)
-    return invalid_argument("the text context must be [{}batch, sequence, width]", spec.guided ? "2 x " : "");
+  if (spec.conditions.empty() || spec.conditions[0].first != "encoder_hidden_states" ||
+      spec.conditions[0].second.size() != 3)
+    return invalid_argument("the first condition must be the text context encoder_hidden_states [rows, sequence, width]");
+  for (const auto& [name, shape] : spec.conditions)
+    if (shape.empty() || shape[0] != rows)
+      return invalid_argument("the condition {} must have {} rows ({}the batch)", name, rows,
+                              spec.guided ? "2 x " : "");
   if (spec.fixed_first_frame && spec.latent.size() != 5)
     return invalid_argument("a fixed first frame needs video latents [batch, channels, frames, h, w]");
   const bool unipc = !tables.unipc.empty();
@@ -40,7 +47,8 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
   Value* x0_prev = g.input("x0_prev", DType::kF32, latent);
   Value* step = g.input("step", DType::kI64, SymShape{});
   Value* seed = unipc ? nullptr : g.input("seed", DType::kI64, SymShape{});
-  Value* context = g.input("encoder_hidden_states", DType::kF32, sym_shape_from(spec.context_shape));
+  ConditionValues conditions;
+  for (const auto& [name, shape] : spec.conditions) conditions[name] = g.input(name, DType::kF32, sym_shape_from(shape));
   Value* corrected = unipc ? g.input("unipc_corrected", DType::kF32, latent) : nullptr;
   Value* x0_older = unipc ? g.input("unipc_x0_older", DType::kF32, latent) : nullptr;
   Value* first_frame = nullptr;
@@ -71,7 +79,7 @@ Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTabl
   if (!spec.timestep_shape.empty())
     t = g.op(OpKind::kExpand, {t, g.ints("timestep_shape", spec.timestep_shape)}, {}, "timestep_per_sample");
 
-  Value* prediction = denoiser(g, model_in, t, context);
+  Value* prediction = denoiser(g, model_in, t, conditions);
 
   // Classifier-free guidance: uncond + g (cond - uncond), as the host loop
   // computes it. Unguided, the prediction as it is, its shape made the

@@ -7,7 +7,8 @@
 //            x0_prev                   the last step's x0 estimate (DPM++ 2M, UniPC), in place
 //            step (i64 scalar)         the step counter, in place
 //            seed (i64 scalar)         the noise seed (a plan serves every seed)
-//            encoder_hidden_states [2B, S, D]   [negative, prompt] context ([B, S, D] unguided)
+//            encoder_hidden_states [2B, S, D]   [negative, prompt] context ([B, S, D] unguided),
+//            and the denoiser's other conditions (SDXL: text_embeds, time_ids), rows likewise
 //            UniPC only: unipc_corrected, unipc_x0_older   its other state, in place
 //            image to video only: first_frame [B, C, 1, h, w]   the image's latent
 //   outputs  x_next, x0, step_next     bound over x, x0_prev and step (and UniPC's
@@ -30,6 +31,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/builder.h"
 #include "pipeline/scheduler.h"
@@ -38,7 +43,10 @@ namespace kiln {
 
 struct DenoiseLoopSpec {
   Shape latent;                                          // [B, C, h, w], or a video's [B, C, F, h, w]
-  Shape context_shape;                                   // [2 batch, S, D] ([batch, S, D] unguided), the text encoder's output
+  // The denoiser's conditions by input name, each [2 batch, ...] ([batch,
+  // ...] unguided): encoder_hidden_states [rows, S, D], the text encoder's
+  // output, first; SDXL's text_embeds and time_ids.
+  std::vector<std::pair<std::string, Shape>> conditions;
   DType timestep_dtype = DType::kF32;                    // the UNet's timestep input
   Shape timestep_shape;                                  // its shape: one per row of the model's batch, [1] or a scalar
   float guidance_scale = 7.5f;
@@ -47,13 +55,17 @@ struct DenoiseLoopSpec {
   bool fixed_first_frame = false;                        // a video's frame 0 held at first_frame (image to video)
 };
 
+// The loop graph's condition inputs, by name (DenoiseLoopSpec::conditions).
+using ConditionValues = std::map<std::string, Value*, std::less<>>;
 // Adds the denoiser to the loop graph: its prediction for `sample` at
-// `timestep` (spec.timestep_dtype, spec.timestep_shape) given `context`.
-using DenoiserBuildFn = std::function<Value*(GraphBuilder& b, Value* sample, Value* timestep, Value* context)>;
+// `timestep` (spec.timestep_dtype, spec.timestep_shape) given the conditions.
+using DenoiserBuildFn =
+    std::function<Value*(GraphBuilder& b, Value* sample, Value* timestep, const ConditionValues& conditions)>;
 Result<Graph> denoise_loop_graph(const DenoiserBuildFn& denoiser, const StepTables& tables, const DenoiseLoopSpec& spec);
 
 // A DenoiserBuildFn that copies `unet` into the loop graph (its inputs
-// sample, timestep, encoder_hidden_states; its first output the prediction).
+// sample, timestep and the conditions by name; its first output the
+// prediction).
 DenoiserBuildFn inline_denoiser(const Graph& unet);
 
 // The loop's state, each output to bind over its input: x, x0_prev, step, and

@@ -4,17 +4,26 @@
 // graph (pipeline/denoise_loop.h).
 //
 //   Denoiser d(std::move(runner), inline_denoiser_from_file("unet/model.onnx"), {.label = "unet/model.onnx"});
-//   KILN_ASSIGN_OR_RETURN(Tensor prediction, d.predict(model_in, t, context));
+//   KILN_ASSIGN_OR_RETURN(Tensor prediction, d.predict(model_in, t, {{"encoder_hidden_states", context}}));
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipeline/denoise_loop.h"
 #include "runtime/model_runner.h"
 
 namespace kiln {
+
+// What the prompts give the denoiser besides the latents and the timestep,
+// by its input names: encoder_hidden_states [rows, S, D] first; SDXL's UNet
+// also text_embeds [rows, P] (the pooled text) and time_ids [rows, 6] (the
+// size conditioning). rows: 2 batch ([negative, prompt]) guided, batch
+// unguided.
+using Conditioning = NamedTensors;
 
 class Denoiser {
  public:
@@ -31,8 +40,9 @@ class Denoiser {
       : runner_(std::move(runner)), loop_builder_(std::move(loop_builder)), spec_(std::move(spec)) {}
 
   // The prediction for model_in [rows, C, h, w] (2B guided, B unguided) at
-  // timesteps t under context: the runner's output, valid until its next run.
-  Result<Tensor> predict(const Tensor& model_in, const Tensor& t, const Tensor& context);
+  // timesteps t under the conditions: the runner's output, valid until its
+  // next run.
+  Result<Tensor> predict(const Tensor& model_in, const Tensor& t, const Conditioning& conditions);
   Shape timestep_shape(int64_t rows) const { return spec_.timestep_shape ? *spec_.timestep_shape : Shape{rows}; }
 
   const Spec& spec() const { return spec_; }

@@ -59,7 +59,7 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
       if (timestep_dtype == DType::kI64) t.data<int64_t>()[j] = int64_t(tables.timestep[size_t(i)]);
       else t.data<float>()[j] = tables.timestep[size_t(i)];
     }
-    KILN_ASSIGN_OR_RETURN(Tensor prediction, denoiser.predict(model_in, t, run.context));
+    KILN_ASSIGN_OR_RETURN(Tensor prediction, denoiser.predict(model_in, t, run.conditions));
     g.times.model += denoiser.runner().last_report().run_ms;
     g.times.compile += denoiser.runner().last_report().compile_ms;
     // Classifier-free guidance over the batched [uncond, cond] prediction;
@@ -90,8 +90,10 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
     const auto start = std::chrono::steady_clock::now();
     const Denoiser& denoiser = *parts_.denoiser;
     const bool cfg = guidance_on(o.guidance_scale);
+    std::vector<std::pair<std::string, Shape>> conditions;
+    for (const auto& [name, t] : run.conditions) conditions.emplace_back(name, t.shape());
     const DenoiseLoopSpec spec{.latent = shape,
-                               .context_shape = run.context.shape(), .timestep_dtype = denoiser.spec().timestep_dtype,
+                               .conditions = conditions, .timestep_dtype = denoiser.spec().timestep_dtype,
                                .timestep_shape = denoiser.timestep_shape(cfg ? 2 * shape[0] : shape[0]),
                                .guidance_scale = o.guidance_scale, .guided = cfg,
                                .noise_first_pair = run.noise_first_pair};
@@ -119,7 +121,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   KILN_RETURN_IF_ERROR(plan->bind_input("x0_prev", x0_prev.view()));
   KILN_RETURN_IF_ERROR(plan->bind_input("step", step_view));
   KILN_RETURN_IF_ERROR(plan->bind_input("seed", seed_view));
-  KILN_RETURN_IF_ERROR(plan->bind_input("encoder_hidden_states", run.context.view()));
+  for (const auto& [name, t] : run.conditions) KILN_RETURN_IF_ERROR(plan->bind_input(name, t.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("x_next", x.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("x0", x0_prev.view()));
   KILN_RETURN_IF_ERROR(plan->bind_output("step_next", step_view));
@@ -138,7 +140,7 @@ Result<bool> Pipeline::choose_whole_loop(const DenoiseRun& run, const Tensor& x)
   GenerateOptions silent = run.options;
   silent.on_step = nullptr;
   silent.keep_trajectory = false;
-  const DenoiseRun quiet{run.tables, silent, run.context, run.noise_first_pair, run.key};
+  const DenoiseRun quiet{run.tables, silent, run.conditions, run.noise_first_pair, run.key};
   // The first steps on scratch latents: one step each way to compile (the
   // UNet's plan, the loop's plan) and let the UNet's runner settle its own
   // eager-or-graph choice; then 1 and 3 steps each way, twice, taking turns.
@@ -242,9 +244,19 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   std::vector<Conditioner::Prompts> prompts = {{o.prompt, o.negative_prompt, o.batch}};
   for (const GenerateOptions::Member& m : o.batch_with) prompts.push_back({m.prompt, m.negative_prompt, m.batch});
   double prompt_ms[2] = {0, 0};
-  KILN_ASSIGN_OR_RETURN(Tensor context, parts_.conditioner->encode(prompts, prompt_ms, guidance_on(o.guidance_scale)));
+  KILN_ASSIGN_OR_RETURN(Conditioning conditions,
+                        parts_.conditioner->encode(prompts, prompt_ms, guidance_on(o.guidance_scale)));
   g.times.tokenize = prompt_ms[0];
   g.times.text_encoder = prompt_ms[1];
+  if (parts_.size_conditioning) {
+    // SDXL's time_ids: original size, crop's top-left corner, target size;
+    // diffusers' defaults, the image's size and no crop.
+    const int64_t rows = conditions[0].second.shape()[0];
+    KILN_ASSIGN_OR_RETURN(Tensor time_ids, Tensor::empty(DType::kF32, {rows, 6}));
+    const float ids[6] = {float(g.height), float(g.width), 0.0f, 0.0f, float(g.height), float(g.width)};
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(time_ids.data<float>() + r * 6, ids, sizeof(ids));
+    conditions.emplace_back("time_ids", std::move(time_ids));
+  }
 
   // The initial latents from the seed's noise stream: standard noise times
   // init_noise_sigma; for image to image, the image's latents (drawn with
@@ -277,10 +289,11 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   // Everything a compiled loop depends on: the shapes (which also fix where
   // the step noise starts), the guidance scale, the scheduler, its spacing
   // and the steps.
-  const DenoiseRun run{tables, o, context, noise.next_pair(),
-                       fmt::format("{} {} guidance={} {} spacing={} steps={} from={}",
-                                   signature_entry("x", DType::kF32, shape),
-                                   signature_entry("context", DType::kF32, context.shape()), o.guidance_scale,
+  std::string condition_shapes;
+  for (const auto& [name, t] : conditions) condition_shapes += " " + signature_entry(name, DType::kF32, t.shape());
+  const DenoiseRun run{tables, o, conditions, noise.next_pair(),
+                       fmt::format("{}{} guidance={} {} spacing={} steps={} from={}",
+                                   signature_entry("x", DType::kF32, shape), condition_shapes, o.guidance_scale,
                                    g.scheduler, o.timestep_spacing ? timestep_spacing_name(*o.timestep_spacing) : "",
                                    o.steps, first_step)};
   g.steps_run = tables.steps();

@@ -69,6 +69,7 @@ struct PipelineParts {
   std::unique_ptr<LatentCodec> codec;
   SchedulerConfig scheduler;
   int64_t sample_size = 64;  // the denoiser's latent size: the default image is sample_size x the codec's factor
+  bool size_conditioning = false;  // SDXL: the denoiser also takes time_ids (original size, crop, target size)
   std::string description;   // "SD 1.x, single file (f16)", for messages
 };
 
@@ -175,7 +176,7 @@ class Pipeline {
   struct DenoiseRun {
     const StepTables& tables;
     const GenerateOptions& options;
-    const Tensor& context;       // [2 batch, S, D]: [negative, prompt]; unguided [batch, S, D]
+    const Conditioning& conditions;  // [negative, prompt] rows (2 batch); unguided the prompt's (batch)
     uint64_t noise_first_pair;   // where step 0's noise starts in the seed's stream
     std::string key;             // what a compiled loop depends on: shapes, guidance, scheduler, steps
   };

@@ -26,6 +26,10 @@ constexpr std::string_view kSd15Scheduler = R"({"_class_name": "PNDMScheduler", 
 constexpr std::string_view kSd21Scheduler = R"({"_class_name": "DDIMScheduler", "beta_start": 0.00085,
   "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "set_alpha_to_one": false,
   "skip_prk_steps": true, "steps_offset": 1, "clip_sample": false, "prediction_type": "v_prediction"})";
+// stabilityai/stable-diffusion-xl-base-1.0's: Euler, epsilon, leading spacing.
+constexpr std::string_view kSdxlScheduler = R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085,
+  "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "steps_offset": 1,
+  "timestep_spacing": "leading", "use_karras_sigmas": false, "prediction_type": "epsilon"})";
 
 const char* prediction_name(PredictionType p) {
   switch (p) {
@@ -136,10 +140,10 @@ Result<PipelineParts> onnx_folder_parts(const std::string& dir, const PipelineOp
   if (unet.outputs().empty()) return invalid_argument("{}: the model has no output", unet_path);
   KILN_ASSIGN_OR_RETURN(auto unet_runner, onnx_runner(unet_path, std::move(unet), options));
   // The loop plan imports the file again: the runner's copy belongs to its own plans.
-  DenoiserBuildFn build = [unet_path](GraphBuilder& b, Value* sample, Value* t, Value* context) -> Value* {
+  DenoiserBuildFn build = [unet_path](GraphBuilder& b, Value* sample, Value* t, const ConditionValues& conditions) -> Value* {
     auto graph = onnx_import_file(unet_path);
     if (!graph.ok()) return b.fail(graph.status());
-    return inline_denoiser(*graph)(b, sample, t, context);
+    return inline_denoiser(*graph)(b, sample, t, conditions);
   };
   parts.denoiser = std::make_unique<Denoiser>(std::move(unet_runner), std::move(build), std::move(spec));
 
@@ -196,6 +200,7 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   if (!m->has_text_encoder) return not_found("{}: no text encoder in it, which text to image needs", path);
   if (!m->has_vae || !m->vae_config.has_decoder) return not_found("{}: no VAE decoder in it, which makes the image", path);
   const bool single = m->format == CheckpointFormat::kSingleFile, sd2 = m->family == SdFamily::kSd2;
+  const bool xl = m->family == SdFamily::kSdxl;
   PipelineParts parts;
   parts.description = fmt::format("{}, {}{} ({} weights)", sd_family_name(m->family), checkpoint_format_name(m->format),
                                   m->variant.empty() ? "" : ", variant " + m->variant, dtype_summary(m->unet));
@@ -204,7 +209,8 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   if (!m->scheduler_config_path.empty()) {
     KILN_ASSIGN_OR_RETURN(parts.scheduler, load_scheduler_config(m->scheduler_config_path));
   } else {
-    KILN_ASSIGN_OR_RETURN(parts.scheduler, scheduler_config_from_json(sd2 ? kSd21Scheduler : kSd15Scheduler));
+    KILN_ASSIGN_OR_RETURN(parts.scheduler,
+                          scheduler_config_from_json(xl ? kSdxlScheduler : sd2 ? kSd21Scheduler : kSd15Scheduler));
   }
   if (options.prediction) parts.scheduler.prediction_type = *options.prediction;
   parts.sample_size = m->unet_config.sample_size;
@@ -213,34 +219,59 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
     if (sd2) parts.sample_size = parts.scheduler.prediction_type == PredictionType::kVPrediction ? 96 : 64;
   }
 
-  // Conditioner: SD 2.x's single files pad with "!", as its tokenizer does.
-  KILN_ASSIGN_OR_RETURN(std::string tokenizer_dir, find_tokenizer(*m, options));
-  const std::string pad = single && sd2 ? "!" : "";
-  KILN_ASSIGN_OR_RETURN(ClipTokenizer tokenizer, ClipTokenizer::load(tokenizer_dir, pad));
-  if (tokenizer.vocab_size() > size_t(m->text_config.vocab_size))
-    return invalid_argument("{}: the tokenizer has {} tokens but the text encoder's embedding only {}", tokenizer_dir,
-                            tokenizer.vocab_size(), m->text_config.vocab_size);
+  // Conditioner: SD 2.x's single files pad with "!", as its tokenizer does,
+  // and so does SDXL's second tokenizer. SDXL: two towers, an empty negative
+  // prompt as zeros (diffusers' force_zeros_for_empty_prompt).
   const RunnerOptions runner = runner_options(options);
-  KILN_ASSIGN_OR_RETURN(auto text, ModelRunner::create([m] { return clip_text_graph(m->text_config, m->text_encoder); },
-                                                       runner));
-  parts.conditioner = std::make_unique<Conditioner>(std::move(tokenizer), std::move(text), path + ": text encoder");
+  KILN_ASSIGN_OR_RETURN(std::string tokenizer_dir, find_tokenizer(*m, options));
+  std::vector<Conditioner::Tower> towers;
+  auto add_tower = [&](const std::string& dir, const std::string& pad, const ClipTextConfig& config,
+                       const WeightSet& weights) -> Status {
+    KILN_ASSIGN_OR_RETURN(ClipTokenizer tokenizer, ClipTokenizer::load(dir, pad));
+    if (tokenizer.vocab_size() > size_t(config.vocab_size))
+      return invalid_argument("{}: the tokenizer has {} tokens but the text encoder's embedding only {}", dir,
+                              tokenizer.vocab_size(), config.vocab_size);
+    KILN_ASSIGN_OR_RETURN(auto text, ModelRunner::create(
+                                         [m, c = &config, w = &weights] { return clip_text_graph(*c, *w); }, runner));
+    towers.push_back({.tokenizer = std::move(tokenizer), .encoder = std::move(text),
+                      .pooled_output = config.pooled ? std::optional<size_t>(1) : std::nullopt});
+    return ok_status();
+  };
+  KILN_RETURN_IF_ERROR(add_tower(tokenizer_dir, single && sd2 ? "!" : "", m->text_config, m->text_encoder));
+  if (xl) {  // the folder's tokenizer_2/ as it is, or the first one's tables padding with "!"
+    const bool own = !m->tokenizer_2_dir.empty() && options.tokenizer_dir.empty();
+    KILN_RETURN_IF_ERROR(add_tower(own ? m->tokenizer_2_dir : tokenizer_dir, own ? "" : "!", m->text_config_2,
+                                   m->text_encoder_2));
+  }
+  parts.conditioner = std::make_unique<Conditioner>(std::move(towers), path + ": text encoder",
+                                                    Conditioner::Options{.zero_empty_negative = xl});
+  parts.size_conditioning = xl;
 
   // Denoiser: the loop plan builds the UNet into its own graph.
   KILN_ASSIGN_OR_RETURN(auto unet, ModelRunner::create([m] { return sd_unet_graph(m->unet_config, m->unet); }, runner));
-  DenoiserBuildFn build = [m](GraphBuilder& b, Value* sample, Value* t, Value* context) {
+  DenoiserBuildFn build = [m](GraphBuilder& b, Value* sample, Value* t, const ConditionValues& conditions) {
     GraphBuilder::Scope scope = b.scope("unet");
     NetBuilder n(b, m->unet);
-    return build_sd_unet(n, m->unet_config, sample, t, context);
+    auto find = [&](std::string_view name) {
+      auto it = conditions.find(name);
+      return it == conditions.end() ? nullptr : it->second;
+    };
+    return build_sd_unet(n, m->unet_config, sample, t, find("encoder_hidden_states"), find("text_embeds"),
+                         find("time_ids"));
   };
   parts.denoiser = std::make_unique<Denoiser>(std::move(unet), std::move(build),
                                               Denoiser::Spec{.label = path + ": UNet",
                                                              .latent_channels = m->unet_config.in_channels});
 
-  // Latent codec.
-  KILN_ASSIGN_OR_RETURN(auto decoder, ModelRunner::create([m] { return vae_decoder_graph(m->vae_config, m->vae); }, runner));
+  // Latent codec. SDXL's VAE in f32 whatever the precision asked for (its
+  // activations are large: diffusers upcasts it from fp16 for that).
+  RunnerOptions vae_runner = runner;
+  if (xl) vae_runner.passes.precision = PrecisionPolicy{};
+  KILN_ASSIGN_OR_RETURN(auto decoder,
+                        ModelRunner::create([m] { return vae_decoder_graph(m->vae_config, m->vae); }, vae_runner));
   ModelRunner::GraphLoader encoder;
   if (m->vae_config.has_encoder) encoder = [m] { return vae_encoder_graph(m->vae_config, m->vae); };
-  parts.codec = std::make_unique<LatentCodec>(std::move(decoder), std::move(encoder), runner,
+  parts.codec = std::make_unique<LatentCodec>(std::move(decoder), std::move(encoder), vae_runner,
                                               LatentCodec::Spec{.label = path + ": VAE",
                                                                 .latent_channels = m->vae_config.latent_channels,
                                                                 .factor = m->vae_config.factor(),

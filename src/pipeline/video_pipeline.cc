@@ -223,13 +223,15 @@ Status VideoPipeline::denoise_whole_loop(const VideoRequest& r, const StepTables
   const bool cfg = guidance_on(r.guidance_scale);
   const WanVideoShape video{.batch = cfg ? 2 : 1, .frames = shape[2], .height = shape[3], .width = shape[4]};
   const bool clean = first_latent != nullptr;
-  DenoiserBuildFn transformer = [&](GraphBuilder& b, Value* sample, Value* timestep, Value* ctx) -> Value* {
+  DenoiserBuildFn transformer = [&](GraphBuilder& b, Value* sample, Value* timestep,
+                                    const ConditionValues& conditions) -> Value* {
     GraphBuilder::Scope scope = b.scope("transformer");
     NetBuilder n(b, dit.weights);
-    return build_wan_transformer(n, dit.config, video, clean, sample, timestep, ctx);
+    return build_wan_transformer(n, dit.config, video, clean, sample, timestep,
+                                 conditions.at("encoder_hidden_states"));
   };
   const DenoiseLoopSpec spec{.latent = shape,
-                             .context_shape = context.shape(),
+                             .conditions = {{"encoder_hidden_states", context.shape()}},
                              .timestep_dtype = DType::kF32,
                              .timestep_shape = {video.batch},
                              .guidance_scale = r.guidance_scale,

@@ -1,7 +1,7 @@
 // Text to image from the checkpoints users hold (tests/models/sd-checkpoints,
 // written with their PyTorch pipeline references by
-// tools/make_tiny_checkpoints.py): every reference case from the SD 1.x and
-// SD 2.x single files in every mode, step by step; the same weights as a
+// tools/make_tiny_checkpoints.py): every reference case from the SD 1.x,
+// SD 2.x and SDXL single files (and SDXL's folder) in every mode, step by step; the same weights as a
 // single file, a diffusers folder (plain, sharded, .fp16) and an optimum
 // ONNX export giving the same image; a single file's tokenizer found where
 // kiln looks for it, or one line naming what is missing.
@@ -27,6 +27,18 @@ TEST_P(SingleFile, Sd1MatchesThePyTorchPipelineStepByStep) {
 
 TEST_P(SingleFile, Sd2MatchesThePyTorchPipelineStepByStep) {
   expect_matches_reference(kCheckpoints / "sd2.safetensors", kCheckpoints / "reference" / "sd2" / "cases", 2,
+                           GetParam());
+}
+
+// SDXL: two text encoders, the pooled text and the size conditioning, an
+// empty negative prompt as zeros; guided and Turbo's unguided trailing steps.
+TEST_P(SingleFile, SdxlMatchesThePyTorchPipelineStepByStep) {
+  expect_matches_reference(kCheckpoints / "sdxl.safetensors", kCheckpoints / "reference" / "sdxl" / "cases", 4,
+                           GetParam());
+}
+
+TEST_P(SingleFile, SdxlDiffusersFolderMatchesThePyTorchPipeline) {
+  expect_matches_reference(kCheckpoints / "sdxl-diffusers", kCheckpoints / "reference" / "sdxl" / "cases", 4,
                            GetParam());
 }
 
