@@ -138,6 +138,16 @@ const CheckpointCase kSdxlCases[] = {
 INSTANTIATE_TEST_SUITE_P(Forms, SdxlCheckpoint, ::testing::ValuesIn(kSdxlCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A full LCM UNet: its guidance embedded (time_embedding.cond_proj, input
+// timestep_cond) against PyTorch.
+TEST(LcmCheckpoint, UnetWithEmbeddedGuidanceMatchesPyTorch) {
+  const CheckpointCase c{"lcm_diffusers", "lcm-diffusers", "lcm", ""};
+  auto m = open(c);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->unet_config.time_cond_proj_dim, 32);
+  expect_matches_pytorch(c, "unet", sd_unet_graph(m->unet_config, m->unet));
+}
+
 // A bf16 file (none is committed: made here from the f32 one) builds the
 // network its values make in f32, to the bit: its weights stay bf16 in the
 // graph, widened by the executors (kernels/kernel.h), its small parameters

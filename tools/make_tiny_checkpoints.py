@@ -191,6 +191,16 @@ def full_family(name, scale=1):
     def w(c, multiple):
         return max(multiple, int(round(c / scale / multiple)) * multiple)
     vocab = 49408 if scale == 1 else w(49408, 8)
+    if name == "sdxl":
+        text = text_config("clip", w(768, 12 * 8), 12, 12, w(3072, 8), "quick_gelu", vocab)
+        text_2 = text_config("openclip", w(1280, 20 * 8), 20, 32, w(5120, 8), "gelu", vocab,
+                             projection_dim=w(1280, 8))
+        unet_ch = [w(c, 64) for c in (320, 640, 1280)]
+        unet = sdxl_unet_config(unet_ch, 2, [0, 2, 10], text["hidden_size"] + text_2["hidden_size"],
+                                text_2["projection_dim"], 128)
+        vae = dict(vae_config([w(c, 32) for c in (128, 256, 512, 512)], 2, 1024), scaling_factor=SDXL_SCALING_FACTOR)
+        return {"text": text, "text_2": text_2, "unet": unet, "vae": vae, "scheduler": SDXL_SCHEDULER,
+                "pad_token": "!", "unet_out_scale": 1.0}
     if name == "sd15":
         unet_ch = [w(c, 32) for c in (320, 640, 1280, 1280)]
         text = text_config("clip", w(768, 12 * 8), 12, 12, w(3072, 8), "quick_gelu", vocab)
@@ -354,11 +364,17 @@ class Upsample2D(nn.Module):
 
 
 class TimestepEmbedding(nn.Module):
-    def __init__(self, cin, cout):
+    """diffusers' TimestepEmbedding; with cond_proj_dim (an LCM UNet's
+    time_cond_proj_dim) the condition is projected and added first."""
+
+    def __init__(self, cin, cout, cond_proj_dim=None):
         super().__init__()
         self.linear_1, self.linear_2 = nn.Linear(cin, cout), nn.Linear(cout, cout)
+        self.cond_proj = nn.Linear(cond_proj_dim, cin, bias=False) if cond_proj_dim else None
 
-    def forward(self, x):
+    def forward(self, x, condition=None):
+        if condition is not None:
+            x = x + self.cond_proj(condition)
         return self.linear_2(F.silu(self.linear_1(x)))
 
 
@@ -440,7 +456,7 @@ class UNet2DConditionModel(nn.Module):
         temb = 4 * c0
         self.c0 = c0
         self.conv_in = nn.Conv2d(config["in_channels"], c0, 3, padding=1)
-        self.time_embedding = TimestepEmbedding(c0, temb)
+        self.time_embedding = TimestepEmbedding(c0, temb, config.get("time_cond_proj_dim"))
         self.add_time_dim = None
         if config.get("addition_embed_type") == "text_time":
             self.add_time_dim = config["addition_time_embed_dim"]
@@ -469,9 +485,9 @@ class UNet2DConditionModel(nn.Module):
         self.conv_norm_out = nn.GroupNorm(32, c0, eps=config["norm_eps"])
         self.conv_out = nn.Conv2d(c0, config["out_channels"], 3, padding=1)
 
-    def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+    def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None, timestep_cond=None):
         ctx = encoder_hidden_states
-        temb = self.time_embedding(timestep_embedding(timestep, self.c0))
+        temb = self.time_embedding(timestep_embedding(timestep, self.c0), timestep_cond)
         if self.add_time_dim:
             ids = timestep_embedding(time_ids.flatten(), self.add_time_dim).reshape(time_ids.shape[0], -1)
             temb = temb + self.add_embedding(torch.cat([text_embeds, ids], dim=-1))
@@ -1656,15 +1672,92 @@ def make_tiny_sdxl(out, stats):
               f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
 
 
+# ------------------------------------------------------------------- LCM
+# A full LCM UNet (LCM_Dreamshaper_v7's kind): sd1's architecture with
+# time_cond_proj_dim, its guidance embedded (timestep_cond) instead of a CFG
+# batch, in a diffusers folder with sd1's text encoder and VAE and
+# LCMScheduler's config.
+
+LCM_COND_DIM = 32  # LCM_Dreamshaper_v7's is 256
+# SimianLuo/LCM_Dreamshaper_v7's scheduler_config.json.
+LCM_SCHEDULER = {"_class_name": "LCMScheduler", "_diffusers_version": "0.22.0.dev0", "beta_end": 0.012,
+                 "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
+                 "clip_sample_range": 1.0, "dynamic_thresholding_ratio": 0.995, "num_train_timesteps": 1000,
+                 "original_inference_steps": 50, "prediction_type": "epsilon", "rescale_betas_zero_snr": False,
+                 "sample_max_value": 1.0, "set_alpha_to_one": True, "steps_offset": 1, "thresholding": False,
+                 "timestep_scaling": 10.0, "timestep_spacing": "leading", "trained_betas": None}
+# (name, prompt, seed, steps, guidance): the guidance is embedded, never a CFG batch.
+LCM_CASES = [("lcm_4_steps", "a photo of a cat", 1, 4, 8.0), ("lcm_2_steps_low_guidance", "a red apple", 2, 2, 2.0)]
+
+
+def guidance_embedding(w, dim):
+    """diffusers' LatentConsistencyModelPipeline.get_guidance_scale_embedding."""
+    w = w * 1000.0
+    half = dim // 2
+    emb = torch.exp(torch.arange(half, dtype=torch.float32) * -(torch.log(torch.tensor(10000.0)) / (half - 1)))
+    emb = w.to(torch.float32)[:, None] * emb[None, :]
+    return torch.cat([torch.sin(emb), torch.cos(emb)], dim=1)
+
+
+def make_tiny_lcm(out, stats):
+    sd1 = dict(FAMILIES["sd1"], name="sd1")
+    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sd1-tokenizer"))
+    sd1["text"] = dict(sd1["text"], vocab_size=len(tokenizer.encoder))
+    fam = dict(sd1, name="lcm", unet=dict(sd1["unet"], time_cond_proj_dim=LCM_COND_DIM), scheduler=LCM_SCHEDULER)
+    text, vae = build_component(sd1, "text_encoder")[0], build_component(sd1, "vae")[0]
+    unet = build_component(fam, "unet")[0]
+    stats["lcm"] = {"params": {"unet": param_count(unet)}}
+    print(f"== lcm: unet params {param_count(unet)}, time_cond_proj_dim {LCM_COND_DIM}")
+    text_json = clip_config_json(diffusers_text_config(sd1["text"]),
+                                 (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id))
+    sources = {"unet": module_source(unet), "vae": module_source(vae), "text_encoder": module_source(text)}
+    write_diffusers_folder(os.path.join(out, "lcm-diffusers"), fam, sources, text_json,
+                           os.path.join(out, "sd1-tokenizer"), [WeightFiles("F16", None, ())])
+    folder = os.path.join(out, "reference", "lcm")
+    gen = torch.Generator().manual_seed(2026)
+    ids = torch.tensor([tokenizer(p, MAX_LENGTH) for p in REFERENCE_PROMPTS], dtype=torch.int64)
+    with torch.no_grad():
+        context = text(ids)[0]
+    latent = fam["unet"]["sample_size"]
+    unet_fn = in_dtype(unet)
+    write_model_reference(folder, "unet", lambda d: (lambda s, t, c, w: unet_fn(d)(s, t, c, None, None, w)), {
+        "sample": torch.randn(2, LATENT_CHANNELS, latent, latent, generator=gen),
+        "timestep": torch.tensor([999.0, 259.0]), "encoder_hidden_states": context,
+        "timestep_cond": guidance_embedding(torch.tensor([7.0, 1.0]), LCM_COND_DIM)}, "out_sample")
+    spec = {"max_length": MAX_LENGTH, "factor": vae_factor(fam), "scaling_factor": SCALING_FACTOR,
+            "scheduler": fam["scheduler"]}
+    size = case_size(fam)
+    for name, prompt, seed, steps, guidance in LCM_CASES:
+        def conditions(texts, width, height, guidance=guidance):
+            ids = torch.tensor([tokenizer(t, MAX_LENGTH) for t in texts], dtype=torch.int64)
+            with torch.no_grad():
+                context = text(ids)[0]
+            w = guidance_embedding(torch.tensor([guidance - 1.0] * len(texts)), LCM_COND_DIM)
+            return context, None, None, w
+        # guidance 1 to generate(): the model's own guidance is the embedding, not a CFG batch.
+        trajectory, _, pixels = generate(None, None, unet, vae.decode, vae.encode, prompt, "", seed, steps, 1.0,
+                                         "lcm", size, size, spec=spec, conditions=conditions)
+        case = {"prompt": prompt, "negative_prompt": "", "seed": seed, "steps": steps, "guidance_scale": guidance,
+                "scheduler": "lcm", "width": size, "height": size}
+        write_reference_case(os.path.join(folder, "cases", name), trajectory, pixels, case)
+        print(f"   cases/{name}: final latent max|x| {np.abs(trajectory[-1]).max():.3f}, "
+              f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
+
+
 # ------------------------------------------------------------- full size
 
 def full_size(args):
     """--full: the real architecture's single file, drawn tensor by tensor."""
     fam = dict(full_family(args.full, args.scale), name=args.full)
     models = {c: build_component(fam, c, meta=True) for c in COMPONENTS}
+    if "text_2" in fam:  # SDXL's second text encoder
+        models["text_encoder_2"] = build_component(dict(fam, text=fam["text_2"]), "text_encoder", meta=True)
     sources = {c: lazy_source(f"{args.full}/{c}", rules) for c, (_, rules) in models.items()}
     dtype = args.dtype.upper()
-    used, unused, ignored = ldm_checkpoint(fam, sources["unet"], sources["vae"], sources["text_encoder"], dtype)
+    if "text_2" in fam:
+        used, unused, ignored = sdxl_ldm_checkpoint(fam, sources, dtype)
+    else:
+        used, unused, ignored = ldm_checkpoint(fam, sources["unet"], sources["vae"], sources["text_encoder"], dtype)
     entries = {**used, **unused, **ignored}
     size = sum(math.prod(e.shape) * ST_DTYPES[e.dtype].itemsize for e in entries.values())
     print(f"== {args.full} (widths / {args.scale}): params " +
@@ -1678,6 +1771,8 @@ def full_size(args):
         write_safetensors(args.out, entries)
         print(f"   wrote {args.out}: {os.path.getsize(args.out) / 1e9:.3f} GB")
     if args.onnx:
+        if "text_2" in fam:
+            sys.exit("--onnx: SDXL's ONNX export is not written here")
         export_full_onnx(args.onnx, fam)
 
 
@@ -1751,9 +1846,11 @@ files agree exactly). Architectures (diffusers configs in the folders' config.js
 | `sdxl.safetensors` | SDXL single file in sgm's layout, F16 (`conditioner.embedders.0.transformer.*`, `conditioner.embedders.1.model.*`, `label_emb`) |
 | `sdxl-diffusers/` | SDXL diffusers folder, F16: `text_encoder_2` as CLIPTextModelWithProjection, `tokenizer_2` padding with `!` |
 | `sdxl-tokenizer/`, `sdxl-tokenizer-2/` | SDXL's two tokenizers (EOS padding, `!` padding) |
+| `lcm-diffusers/` | a full LCM UNet (sd1's architecture with `time_cond_proj_dim` 32: `time_embedding.cond_proj`), sd1's text encoder and VAE, LCMScheduler's config; F16 |
 | `reference/<family>/<model>/` | `inputs/*.npy`, `outputs/*.npy`: float64 references stored float32 |
 | `.../text_encoder/` | input_ids -> hidden_states, the context the pipeline feeds the UNet (SDXL: the first encoder's part) |
 | `reference/sdxl/text_encoder_2/` | input_ids -> hidden_states and text_embeds (the pooled text) |
+| `reference/lcm/unet/` | the LCM UNet, its guidance embedding as the input `timestep_cond` |
 | `.../unet/`, `vae_decoder/`, `vae_encoder/` | -> out_sample; post_quant_conv + decoder; encoder + quant_conv |
 | `reference/<family>/cases/<case>/` | whole-pipeline cases in tiny-sd's format (`case.json`, ...) |
 
@@ -1813,7 +1910,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="output folder (default tests/models/sd-checkpoints), or with --full the "
                                       ".safetensors file")
-    parser.add_argument("--full", choices=["sd15", "sd21"], help="write a full-size random-weight single file")
+    parser.add_argument("--full", choices=["sd15", "sd21", "sdxl"],
+                        help="write a full-size random-weight single file")
     parser.add_argument("--dtype", choices=["f16", "f32"], default="f16", help="--full: the weights' dtype")
     parser.add_argument("--onnx", metavar="DIR", help="--full: also export UNet, text encoder, VAE decoder to ONNX")
     parser.add_argument("--list", action="store_true", help="--full: print the names and shapes, write nothing")
@@ -1831,6 +1929,7 @@ def main():
     for name in FAMILIES:
         make_tiny_family(out, name, stats)
     make_tiny_sdxl(out, stats)
+    make_tiny_lcm(out, stats)
     # What a single file needs of a tokenizer, beside it (kiln looks in
     # <checkpoint's folder>/tokenizer): the two tables; the family sets the padding.
     os.makedirs(os.path.join(out, "tokenizer"))

@@ -97,6 +97,7 @@ Result<GenerationResult> Generator::generate(const GenerationRequest& r, const G
         .batch = r.batch, .scheduler = r.scheduler, .timestep_spacing = r.timestep_spacing,
         .init_image = r.init_image ? &*r.init_image : nullptr,
         .strength = r.strength, .vae_tiling = r.vae_tiling,
+        .release_stages = r.release_after && k + 1 == r.prompts.size(),
         .on_step = [&](int i, int steps) {
           if (progress) progress(k, i, steps);
         },

@@ -44,6 +44,10 @@ struct GenerationRequest {
   std::string init_image_name;  // for the PNG text
   float strength = 0.8f;
   std::optional<bool> vae_tiling;  // unset: when a side is over twice the VAE's tile
+  // The last prompt's generation frees each stage once done
+  // (GenerateOptions::release_stages): for a one-shot run, whose peak memory
+  // is then the largest stage's.
+  bool release_after = false;
 };
 
 struct GeneratedImage {

@@ -214,7 +214,8 @@ Status generate(const GenerateFlags& f) {
     return not_found("-o {}: the folder {} does not exist", f.output, out_dir.string());
   GenerationRequest request{.prompts = f.prompts, .negative_prompt = f.negative_prompt, .seed = f.seed,
                             .steps = f.steps, .guidance_scale = f.guidance_scale, .width = f.width,
-                            .height = f.height, .batch = f.batch, .scheduler = f.scheduler, .strength = f.strength};
+                            .height = f.height, .batch = f.batch, .scheduler = f.scheduler, .strength = f.strength,
+                            .release_after = true};  // one run, then the process ends
   if (f.vae_tiling != "auto") request.vae_tiling = f.vae_tiling == "on";
   if (!f.timestep_spacing.empty()) {
     KILN_ASSIGN_OR_RETURN(request.timestep_spacing, parse_timestep_spacing(f.timestep_spacing));

@@ -101,6 +101,13 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& w) {
       return invalid_argument("{}: add_embedding.linear_1 takes {} inputs, fewer than 6 time ids of {} and a text",
                               w.label(), add[1], c.addition_time_embed_dim);
   }
+  if (w.contains("time_embedding.cond_proj.weight")) {  // LCM: the guidance embedded
+    KILN_ASSIGN_OR_RETURN(Shape cond, w.checked_shape("time_embedding.cond_proj.weight", 2));
+    if (cond[1] < 2 || cond[1] % 2)
+      return invalid_argument("{}: time_embedding.cond_proj takes {} inputs; an embedded guidance is an even width",
+                              w.label(), cond[1]);
+    c.time_cond_proj_dim = cond[1];
+  }
   c.mid_depth = w.indexed_count("mid_block.attentions.0.transformer_blocks.");
   if (attention.empty() && c.mid_depth) attention = "mid_block.attentions.0.";
   for (int64_t d : c.down_depth)
@@ -123,16 +130,20 @@ std::vector<int64_t> sd_unet_heads(const SdUnetConfig& c, int64_t heads, int64_t
   return out;
 }
 
-Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& c, Value* sample, Value* timestep, Value* context,
-                     Value* text_embeds, Value* time_ids) {
+Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& c, const SdUnetInputs& in) {
   const int64_t levels = c.levels();
   if (levels < 1 || int64_t(c.heads.size()) != levels)
     return n.b.fail(invalid_argument("{}: the UNet config has {} levels and {} head counts", n.w.label(), levels,
                                      c.heads.size()));
-  if (bool(c.addition_time_embed_dim) != (text_embeds && time_ids))
+  if (bool(c.addition_time_embed_dim) != (in.text_embeds && in.time_ids))
     return n.b.fail(invalid_argument("{}: SDXL's UNet takes text_embeds and time_ids, the others neither",
                                      n.w.label()));
-  Value* temb = timestep_embedding(n, timestep, c.block_out_channels[0]);
+  if (bool(c.time_cond_proj_dim) != bool(in.timestep_cond))
+    return n.b.fail(invalid_argument("{}: an LCM UNet takes timestep_cond (its guidance), the others do not",
+                                     n.w.label()));
+  Value *sample = in.sample, *context = in.context, *text_embeds = in.text_embeds, *time_ids = in.time_ids;
+  Value* temb = timestep_embedding(n, in.timestep, c.block_out_channels[0]);
+  if (in.timestep_cond) temb = n.linear(in.timestep_cond, "time_embedding.cond_proj", "none", 1.0f, temb);
   temb = n.linear(temb, "time_embedding.linear_1", "swish");
   temb = n.linear(temb, "time_embedding.linear_2");
   if (c.addition_time_embed_dim) {
@@ -188,12 +199,14 @@ Result<Graph> sd_unet_graph(const SdUnetConfig& c, const WeightSet& weights) {
   Value* sample = b.input("sample", DType::kF32, {Dim::named("batch"), c.in_channels, Dim::named("height"), Dim::named("width")});
   Value* timestep = b.input("timestep", DType::kF32, {Dim::named("batch")});
   Value* context = b.input("encoder_hidden_states", DType::kF32, {Dim::named("batch"), Dim::named("sequence"), c.context_dim});
-  Value *text_embeds = nullptr, *time_ids = nullptr;
+  SdUnetInputs in{.sample = sample, .timestep = timestep, .context = context};
   if (c.addition_time_embed_dim) {
-    text_embeds = b.input("text_embeds", DType::kF32, {Dim::named("batch"), c.text_embeds_dim});
-    time_ids = b.input("time_ids", DType::kF32, {Dim::named("batch"), 6});
+    in.text_embeds = b.input("text_embeds", DType::kF32, {Dim::named("batch"), c.text_embeds_dim});
+    in.time_ids = b.input("time_ids", DType::kF32, {Dim::named("batch"), 6});
   }
-  b.output(build_sd_unet(n, c, sample, timestep, context, text_embeds, time_ids), "out_sample");
+  if (c.time_cond_proj_dim)
+    in.timestep_cond = b.input("timestep_cond", DType::kF32, {Dim::named("batch"), c.time_cond_proj_dim});
+  b.output(build_sd_unet(n, c, in), "out_sample");
   return std::move(b).finish();
 }
 

@@ -17,7 +17,10 @@
 // [batch, P] (the pooled text) and time_ids [batch, 6] (original size, crop,
 // target size) -> out_sample, the names optimum's ONNX export gives them.
 // SDXL's time embedding gains add_embedding(text_embeds ++ each time id's
-// sinusoidal embedding, addition_time_embed_dim wide).
+// sinusoidal embedding, addition_time_embed_dim wide). A full LCM UNet
+// (time_cond_proj_dim) takes its guidance as an input, timestep_cond
+// [batch, time_cond_proj_dim], projected and added to the timestep's
+// embedding (pipeline/pipeline.h's guidance_embedding() makes it).
 #pragma once
 
 #include <vector>
@@ -45,6 +48,8 @@ struct SdUnetConfig {
   // SDXL's added conditioning: each time id embedded this wide (256; 0: none)
   // and the pooled text's width (add_embedding's input less 6 of those).
   int64_t addition_time_embed_dim = 0, text_embeds_dim = 0;
+  // LCM: the embedded guidance's width (time_embedding.cond_proj's input; 0: none).
+  int64_t time_cond_proj_dim = 0;
 
   int64_t levels() const { return int64_t(block_out_channels.size()); }
 };
@@ -55,10 +60,15 @@ Result<SdUnetConfig> sd_unet_config_from_weights(const WeightSet& weights);
 // Heads per level: `heads` each (SD 1.x), or channels / `head_dim` (SD 2.x).
 std::vector<int64_t> sd_unet_heads(const SdUnetConfig& config, int64_t heads, int64_t head_dim);
 
-// The UNet's noise prediction, built into n's graph; text_embeds and
-// time_ids only for a config with addition_time_embed_dim.
-Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& config, Value* sample, Value* timestep, Value* context,
-                     Value* text_embeds = nullptr, Value* time_ids = nullptr);
+// The UNet's inputs in a graph: text_embeds and time_ids only for a config
+// with addition_time_embed_dim, timestep_cond only for one with
+// time_cond_proj_dim.
+struct SdUnetInputs {
+  Value *sample = nullptr, *timestep = nullptr, *context = nullptr;
+  Value *text_embeds = nullptr, *time_ids = nullptr, *timestep_cond = nullptr;
+};
+// The UNet's noise prediction, built into n's graph.
+Value* build_sd_unet(NetBuilder& n, const SdUnetConfig& config, const SdUnetInputs& in);
 Result<Graph> sd_unet_graph(const SdUnetConfig& config, const WeightSet& weights);
 
 // Sinusoidal embedding of t [B] -> [B, dim], cosines first (diffusers'

@@ -64,6 +64,10 @@ class Conditioner {
   Result<Conditioning> encode(std::span<const Prompts> members, double ms[2], bool guided = true);
 
   const ClipTokenizer& tokenizer() const { return towers_.front().tokenizer; }
+  // Frees the text encoders' compiled plans and weights until the next encode.
+  void release() {
+    for (Tower& tower : towers_) tower.encoder->release();
+  }
 
  private:
   std::vector<Tower> towers_;

@@ -29,6 +29,23 @@ Status cancelled_after(int done, int steps) {
   return Status(StatusCode::kCancelled, fmt::format("cancelled after step {} of {}", done, steps));
 }
 
+Result<Tensor> guidance_embedding(float guidance_scale, int64_t dim, int64_t rows) {
+  if (dim < 4 || dim % 2) return invalid_argument("a guidance embedding of width {}: an even width of 4 or more", dim);
+  const int64_t half = dim / 2;
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::kF32, {rows, dim}));
+  const double w = (double(guidance_scale) - 1.0) * 1000.0;
+  for (int64_t k = 0; k < half; ++k) {
+    // float32, as torch computes the frequencies and their product with w.
+    const float freq = float(std::exp(double(k) * -(std::log(10000.0) / double(half - 1))));
+    const float arg = float(w) * freq;
+    for (int64_t r = 0; r < rows; ++r) {
+      t.data<float>()[r * dim + k] = std::sin(arg);
+      t.data<float>()[r * dim + half + k] = std::cos(arg);
+    }
+  }
+  return t;
+}
+
 Result<std::unique_ptr<Pipeline>> Pipeline::load(const std::string& path, const PipelineOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(PipelineParts parts, sd_pipeline_parts(path, options));
@@ -41,7 +58,7 @@ Status Pipeline::run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Gene
   const StepTables& tables = run.tables;
   const GenerateOptions& o = run.options;
   const Shape& shape = x.shape();
-  const bool cfg = guidance_on(o.guidance_scale);
+  const bool cfg = classifier_free(o);
   const int64_t rows = cfg ? 2 * shape[0] : shape[0];
   const size_t n = size_t(x.numel());
   Denoiser& denoiser = *parts_.denoiser;
@@ -89,7 +106,7 @@ Status Pipeline::run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Gen
   if (!plan) {
     const auto start = std::chrono::steady_clock::now();
     const Denoiser& denoiser = *parts_.denoiser;
-    const bool cfg = guidance_on(o.guidance_scale);
+    const bool cfg = classifier_free(o);
     std::vector<std::pair<std::string, Shape>> conditions;
     for (const auto& [name, t] : run.conditions) conditions.emplace_back(name, t.shape());
     const DenoiseLoopSpec spec{.latent = shape,
@@ -192,6 +209,10 @@ Result<Pipeline::SchedulerChoice> Pipeline::choose_scheduler(const std::string& 
   return c;
 }
 
+bool Pipeline::classifier_free(const GenerateOptions& o) const {
+  return guidance_on(o.guidance_scale) && !parts_.guidance_embedding_dim;
+}
+
 Result<bool> Pipeline::draws_step_noise(const std::string& scheduler) const {
   KILN_ASSIGN_OR_RETURN(const SchedulerChoice choice, choose_scheduler(scheduler));
   KILN_ASSIGN_OR_RETURN(const StepTables tables, make_step_tables(choice.kind, choice.config, 1, 0));
@@ -245,9 +266,15 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   for (const GenerateOptions::Member& m : o.batch_with) prompts.push_back({m.prompt, m.negative_prompt, m.batch});
   double prompt_ms[2] = {0, 0};
   KILN_ASSIGN_OR_RETURN(Conditioning conditions,
-                        parts_.conditioner->encode(prompts, prompt_ms, guidance_on(o.guidance_scale)));
+                        parts_.conditioner->encode(prompts, prompt_ms, classifier_free(o)));
   g.times.tokenize = prompt_ms[0];
   g.times.text_encoder = prompt_ms[1];
+  if (o.release_stages) parts_.conditioner->release();
+  if (parts_.guidance_embedding_dim) {  // an LCM UNet: the guidance as an input
+    KILN_ASSIGN_OR_RETURN(Tensor w, guidance_embedding(o.guidance_scale, parts_.guidance_embedding_dim,
+                                                       conditions[0].second.shape()[0]));
+    conditions.emplace_back("timestep_cond", std::move(w));
+  }
   if (parts_.size_conditioning) {
     // SDXL's time_ids: original size, crop's top-left corner, target size;
     // diffusers' defaults, the image's size and no crop.
@@ -305,9 +332,16 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   if (whole_loop) KILN_RETURN_IF_ERROR(run_whole_loop(run, tables.steps(), x, g));
   else KILN_RETURN_IF_ERROR(run_host_loop(run, tables.steps(), x, g));
   g.times.denoise = ms_since(start);
-  // The denoiser idles while the VAE decodes: its working memory is the VAE's.
-  if (whole_loop) loop_plans_[run.key]->release_arena_memory();
-  else parts_.denoiser->runner().release_arena_memory();
+  // The denoiser idles while the VAE decodes: its working memory (and,
+  // with nothing to follow, its weights) is the VAE's.
+  if (o.release_stages) {
+    loop_plans_.erase(run.key);
+    parts_.denoiser->runner().release();
+  } else if (whole_loop) {
+    loop_plans_[run.key]->release_arena_memory();
+  } else {
+    parts_.denoiser->runner().release_arena_memory();
+  }
   g.mode = whole_loop ? "graph-loop" : execution_mode_name(parts_.denoiser->runner().last_mode());
   g.latents = std::move(x);
   // Tiles when asked, or by default when a side is over twice the VAE's tile.

@@ -70,6 +70,9 @@ struct PipelineParts {
   SchedulerConfig scheduler;
   int64_t sample_size = 64;  // the denoiser's latent size: the default image is sample_size x the codec's factor
   bool size_conditioning = false;  // SDXL: the denoiser also takes time_ids (original size, crop, target size)
+  // A full LCM UNet's: the guidance is the denoiser's input timestep_cond,
+  // this wide (guidance_embedding(), below), never a CFG batch.
+  int64_t guidance_embedding_dim = 0;
   std::string description;   // "SD 1.x, single file (f16)", for messages
 };
 
@@ -87,6 +90,11 @@ Status cancelled_after(int done, int steps);
 // once a step on the prompt alone, at half the cost: what the few-step models
 // (SD-Turbo, SDXL-Turbo, LCM) are run with.
 inline bool guidance_on(float guidance_scale) { return guidance_scale > 1.0f; }
+
+// A full LCM UNet's timestep_cond for guidance scale g, `rows` rows of
+// `dim`: diffusers' get_guidance_scale_embedding of w = g - 1, sines first,
+// frequencies exp(-k ln(10000) / (dim/2 - 1)) of 1000 w.
+Result<Tensor> guidance_embedding(float guidance_scale, int64_t dim, int64_t rows);
 
 struct GenerateOptions {
   std::string prompt, negative_prompt;
@@ -109,6 +117,11 @@ struct GenerateOptions {
   // side is over twice the tile.
   std::optional<bool> vae_tiling;
   bool keep_trajectory = false;  // keep the latents after every step
+  // Nothing follows (a one-shot `kiln generate`): each stage's compiled
+  // models are freed once it is done (the text encoders before the denoise
+  // loop, the denoiser before the VAE), so the peak memory is the largest
+  // stage's rather than their sum; a later generation compiles them again.
+  bool release_stages = false;
   StepCallback on_step;
   CancelCheck cancelled;
   // More prompts in the same run (a server batching requests of one shape):
@@ -189,6 +202,9 @@ class Pipeline {
     bool substituted = false;
   };
   Result<SchedulerChoice> choose_scheduler(const std::string& name) const;
+  // Whether `o` runs the denoiser on [uncond, cond] (guidance over 1 and not
+  // embedded in the model, as an LCM UNet's is).
+  bool classifier_free(const GenerateOptions& o) const;
   // The first `steps` steps of the loop over x, in place.
   Status run_host_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);
   Status run_whole_loop(const DenoiseRun& run, int steps, Tensor& x, Generation& g);

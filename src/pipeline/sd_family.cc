@@ -246,6 +246,7 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   parts.conditioner = std::make_unique<Conditioner>(std::move(towers), path + ": text encoder",
                                                     Conditioner::Options{.zero_empty_negative = xl});
   parts.size_conditioning = xl;
+  parts.guidance_embedding_dim = m->unet_config.time_cond_proj_dim;
 
   // Denoiser: the loop plan builds the UNet into its own graph.
   KILN_ASSIGN_OR_RETURN(auto unet, ModelRunner::create([m] { return sd_unet_graph(m->unet_config, m->unet); }, runner));
@@ -256,8 +257,10 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
       auto it = conditions.find(name);
       return it == conditions.end() ? nullptr : it->second;
     };
-    return build_sd_unet(n, m->unet_config, sample, t, find("encoder_hidden_states"), find("text_embeds"),
-                         find("time_ids"));
+    return build_sd_unet(n, m->unet_config,
+                         {.sample = sample, .timestep = t, .context = find("encoder_hidden_states"),
+                          .text_embeds = find("text_embeds"), .time_ids = find("time_ids"),
+                          .timestep_cond = find("timestep_cond")});
   };
   parts.denoiser = std::make_unique<Denoiser>(std::move(unet), std::move(build),
                                               Denoiser::Spec{.label = path + ": UNet",

@@ -70,6 +70,13 @@ void ModelRunner::release_arena_memory() {
   for (auto& [signature, plan] : plans_) plan->release_arena_memory();
 }
 
+void ModelRunner::release() {
+  plans_.clear();
+  first_graph_.reset();
+  chosen_.clear();  // auto times the modes again
+  if (eager_weights_) set_eager_graph(inputs_of(eager_graph_), false);
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(GraphLoader load, RunnerOptions options,
                                                          std::optional<Graph> loaded) {
   if (!loaded) {
@@ -189,6 +196,7 @@ Result<std::vector<Tensor>> ModelRunner::run(const NamedTensors& inputs) {
   last_mode_ = mode;
   report_.mode = execution_mode_name(mode);
   if (mode == ExecutionMode::kEager) {
+    KILN_RETURN_IF_ERROR(load_eager_weights());  // loaded already, unless release() freed them
     const auto start = std::chrono::steady_clock::now();
     auto outputs = eager_->run(inputs);
     report_.run_ms = ms_since(start);

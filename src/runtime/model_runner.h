@@ -76,6 +76,10 @@ class ModelRunner {
   // Gives the idle plans' arenas back to the system (Plan::release_arena_memory):
   // the last run's outputs are lost.
   void release_arena_memory();
+  // Frees everything compiled or loaded (plans, packed weights, eager
+  // weights): the next run loads and compiles again. For a model not needed
+  // again soon.
+  void release();
   // Whether the eager executor holds the model's weights (eager mode, and
   // auto while a signature runs eagerly), not just its inputs.
   bool holds_eager_weights() const { return eager_weights_; }

@@ -1,7 +1,8 @@
 // Text to image from the checkpoints users hold (tests/models/sd-checkpoints,
 // written with their PyTorch pipeline references by
 // tools/make_tiny_checkpoints.py): every reference case from the SD 1.x,
-// SD 2.x and SDXL single files (and SDXL's folder) in every mode, step by step; the same weights as a
+// SD 2.x and SDXL single files (and SDXL's and a full LCM UNet's folders) in
+// every mode, step by step; the same weights as a
 // single file, a diffusers folder (plain, sharded, .fp16) and an optimum
 // ONNX export giving the same image; a single file's tokenizer found where
 // kiln looks for it, or one line naming what is missing.
@@ -39,6 +40,12 @@ TEST_P(SingleFile, SdxlMatchesThePyTorchPipelineStepByStep) {
 
 TEST_P(SingleFile, SdxlDiffusersFolderMatchesThePyTorchPipeline) {
   expect_matches_reference(kCheckpoints / "sdxl-diffusers", kCheckpoints / "reference" / "sdxl" / "cases", 4,
+                           GetParam());
+}
+
+// A full LCM UNet: the LCM scheduler, the guidance embedded (no CFG batch).
+TEST_P(SingleFile, LcmDiffusersFolderMatchesThePyTorchPipeline) {
+  expect_matches_reference(kCheckpoints / "lcm-diffusers", kCheckpoints / "reference" / "lcm" / "cases", 2,
                            GetParam());
 }
 
@@ -89,6 +96,23 @@ TEST(CheckpointForms, TheSameWeightsMakeTheSameImage) {
   const Generation sd2 = generate(kCheckpoints / "sd2.safetensors");
   EXPECT_EQ(sd2.scheduler, "ddim");
   EXPECT_EQ(sd2.pixels, generate(kCheckpoints / "sd2-diffusers").pixels);
+}
+
+// Freeing each stage once done (a one-shot run's memory) changes no pixel,
+// and a later generation compiles what was freed again; eager too.
+TEST(CheckpointForms, ReleasingStagesChangesNothing) {
+  for (const ModeCase& m : kModes) {
+    SCOPED_TRACE(m.name);
+    auto pipe = load_pipeline(m, kCheckpoints / "sdxl.safetensors");
+    ASSERT_TRUE(pipe);
+    GenerateOptions o{.prompt = "a red circle", .steps = 3, .seed = 7, .width = 32, .height = 32};
+    auto kept = pipe->generate(o);
+    o.release_stages = true;
+    auto freed = pipe->generate(o), again = pipe->generate(o);
+    ASSERT_TRUE(kept.ok() && freed.ok() && again.ok()) << kept.status().message() << freed.status().message();
+    EXPECT_EQ(kept->pixels, freed->pixels);
+    EXPECT_EQ(kept->pixels, again->pixels);
+  }
 }
 
 TEST(CheckpointForms, PredictionTypeCanBeOverridden) {
