@@ -539,6 +539,24 @@ def checkpoint_cases():
                                            ("F16", (32,))}),
               "ckpt_sdxl_one_encoder.safetensors: an SDXL model needs both its text encoders; it holds only the first",
               "an SDXL file without its second text encoder")
+    # LoRA files: an unknown layout, a module whose matrices do not make its weight, another model's.
+    lora_on = "generate -p x --model tokenizerless/sd1.safetensors --lora"
+    add_file("lora_unknown.safetensors", checkpoint_file({"lycoris_unet_a.hada_w1_a": ("F16", (4, 4))}))
+    case(f"{lora_on} lora_unknown.safetensors", "lora_unknown.safetensors: no LoRA keys in a layout kiln reads",
+         "a LoRA in a layout kiln does not read (LyCORIS)")
+    add_file("lora_wrong_shape.safetensors", checkpoint_file({
+        "lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": ("F16", (4, 99, 1, 1)),
+        "lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": ("F16", (32, 4, 1, 1))}))
+    case(f"{lora_on} lora_wrong_shape.safetensors:0.5",
+         "lora_wrong_shape.safetensors: lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight: up [32,4,1,1] "
+         "and down [4,99,1,1] do not make the weight's [32,32,1,1]", "a LoRA whose matrices do not fit the weight")
+    add_file("lora_other_model/sdxl.safetensors", Symlink("../../models/sd-checkpoints/sdxl.safetensors"))
+    add_file("lora_other_model/lora.safetensors", Symlink("../../models/sd-checkpoints/lora-sd1-kohya.safetensors"))
+    case("generate -p x --model lora_other_model/sdxl.safetensors --lora lora_other_model/lora.safetensors",
+         "(a LoRA for another model?)", "an SD 1.x LoRA on an SDXL checkpoint")
+    case(f"{lora_on} no_such_lora.safetensors", "no_such_lora.safetensors", "a LoRA file that is not there")
+    case("generate -p x --lora ../models/sd-checkpoints/lora-sd1-kohya.safetensors",
+         "LoRA merges into a checkpoint's weights", "--lora on kiln's default model, an ONNX folder")
     ckpt_case("model.ckpt", b"PK\x03\x04" + bytes(60),
               "model.ckpt: a PyTorch pickle, which kiln does not load", "a pickle checkpoint")
     ckpt_case("model.ckpt", None, "model.ckpt: a PyTorch pickle, which kiln does not load",

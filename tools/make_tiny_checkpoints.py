@@ -1744,6 +1744,81 @@ def make_tiny_lcm(out, stats):
               f"image mean {pixels.mean():.1f} std {pixels.std():.1f}")
 
 
+# ------------------------------------------------------------------ LoRA
+# LoRA files for sd1 in the layouts users hold, and PyTorch's outputs of the
+# networks with the same merge, W + weight * alpha / rank * up . down:
+# Linear layers (attention, feed-forward, the text encoder's), a 1x1 conv
+# (SD 1.x's proj_in) and a 3x3 conv (LoCon's), all rank 4, alpha 2.
+
+LORA_RANK, LORA_ALPHA, LORA_WEIGHT = 4, 2.0, 0.7
+LORA_MODULES = {
+    "unet": ["down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q",
+             "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k",
+             "down_blocks.0.attentions.0.proj_in",
+             "up_blocks.1.attentions.2.transformer_blocks.0.ff.net.0.proj",
+             "mid_block.resnets.0.conv1"],
+    "text_encoder": ["text_model.encoder.layers.0.self_attn.q_proj", "text_model.encoder.layers.1.mlp.fc1"],
+}
+
+
+def lora_matrices(component, module, weight):
+    """(down, up) for `module`'s weight, drawn from its name, float16-exact."""
+    out, rest = weight.shape[0], weight.shape[1:]
+    gen = torch.Generator().manual_seed(int(hashlib.sha256(f"lora/{component}/{module}".encode()).hexdigest()[:8], 16))
+    down = (torch.randn((LORA_RANK, *rest), generator=gen) * math.prod(rest) ** -0.5).half().float()
+    up_shape = (out, LORA_RANK) + (1,) * (len(rest) - 1)
+    up = (torch.randn(up_shape, generator=gen) * 0.5).half().float()
+    return down, up
+
+
+def lora_delta(down, up):
+    return (up.reshape(up.shape[0], -1).double() @ down.reshape(down.shape[0], -1).double())
+
+
+def make_tiny_loras(out, stats):
+    fam = dict(FAMILIES["sd1"], name="sd1")
+    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sd1-tokenizer"))
+    fam["text"] = dict(fam["text"], vocab_size=len(tokenizer.encoder))
+    models = {"unet": build_component(fam, "unet")[0], "text_encoder": build_component(fam, "text_encoder")[0]}
+    kohya, kohya_ldm, peft = {}, {}, {}
+    for component, modules in LORA_MODULES.items():
+        params = dict(models[component].named_parameters())
+        for module in modules:
+            w = params[module + ".weight"]
+            down, up = lora_matrices(component, module, w)
+            with torch.no_grad():
+                w += (LORA_WEIGHT * LORA_ALPHA / LORA_RANK * lora_delta(down, up)).reshape(w.shape).float()
+            prefix = "lora_unet_" if component == "unet" else "lora_te_"
+            for table, name in ((kohya, module.replace(".", "_")),
+                                (kohya_ldm, (unet_key_to_ldm(module + ".weight", fam["unet"])[:-len(".weight")]
+                                             if component == "unet" else module).replace(".", "_"))):
+                table[f"{prefix}{name}.lora_down.weight"] = down
+                table[f"{prefix}{name}.lora_up.weight"] = up
+                table[f"{prefix}{name}.alpha"] = torch.tensor(LORA_ALPHA)
+            # diffusers / PEFT: no alpha (PEFT keeps it in adapter_config.json), up scaled by alpha / rank
+            # (a power of two: exact) so the merge is the same.
+            peft[f"{component}.{module}.lora_A.weight"] = down
+            peft[f"{component}.{module}.lora_B.weight"] = up * (LORA_ALPHA / LORA_RANK)
+    # A module this model lacks: listed as unmatched, not an error.
+    peft["unet.down_blocks.7.attentions.0.proj_in.lora_A.weight"] = torch.zeros(LORA_RANK, 32)
+    peft["unet.down_blocks.7.attentions.0.proj_in.lora_B.weight"] = torch.zeros(32, LORA_RANK)
+    for name, table in (("lora-sd1-kohya", kohya), ("lora-sd1-kohya-ldm", kohya_ldm), ("lora-sd1-peft", peft)):
+        entries = {k: Entry("F16", tuple(v.shape), lambda v=v: v.numpy()) for k, v in table.items()}
+        write_safetensors(os.path.join(out, name + ".safetensors"), entries)
+    stats["lora"] = {"params": {"modules": sum(len(m) for m in LORA_MODULES.values()), "rank": LORA_RANK}}
+    print(f"== lora: {sum(len(m) for m in LORA_MODULES.values())} modules, rank {LORA_RANK}, alpha {LORA_ALPHA}, "
+          f"merged at {LORA_WEIGHT}")
+    # The merged networks on sd1's reference inputs.
+    folder = os.path.join(out, "reference", "lora")
+    ref = os.path.join(out, "reference", "sd1")
+    load = lambda network, name: torch.from_numpy(np.load(os.path.join(ref, network, "inputs", name + ".npy")))
+    text_fn = in_dtype(models["text_encoder"])
+    write_model_reference(folder, "text_encoder", lambda d: (lambda x: text_fn(d)(x)[0]),
+                          {"input_ids": load("text_encoder", "input_ids")}, "hidden_states")
+    write_model_reference(folder, "unet", in_dtype(models["unet"]),
+                          {n: load("unet", n) for n in ("sample", "timestep", "encoder_hidden_states")}, "out_sample")
+
+
 # ------------------------------------------------------------- full size
 
 def full_size(args):
@@ -1846,10 +1921,12 @@ files agree exactly). Architectures (diffusers configs in the folders' config.js
 | `sdxl.safetensors` | SDXL single file in sgm's layout, F16 (`conditioner.embedders.0.transformer.*`, `conditioner.embedders.1.model.*`, `label_emb`) |
 | `sdxl-diffusers/` | SDXL diffusers folder, F16: `text_encoder_2` as CLIPTextModelWithProjection, `tokenizer_2` padding with `!` |
 | `sdxl-tokenizer/`, `sdxl-tokenizer-2/` | SDXL's two tokenizers (EOS padding, `!` padding) |
+| `lora-sd1-kohya.safetensors`, `lora-sd1-kohya-ldm.safetensors`, `lora-sd1-peft.safetensors` | a LoRA for sd1 (Linear, 1x1 and 3x3 conv modules of the UNet, two of the text encoder; rank 4, alpha 2) in kohya's layout with diffusers' and with LDM's module names, and in diffusers/PEFT's (up pre-scaled by alpha/rank, one module sd1 lacks) |
 | `lcm-diffusers/` | a full LCM UNet (sd1's architecture with `time_cond_proj_dim` 32: `time_embedding.cond_proj`), sd1's text encoder and VAE, LCMScheduler's config; F16 |
 | `reference/<family>/<model>/` | `inputs/*.npy`, `outputs/*.npy`: float64 references stored float32 |
 | `.../text_encoder/` | input_ids -> hidden_states, the context the pipeline feeds the UNet (SDXL: the first encoder's part) |
 | `reference/sdxl/text_encoder_2/` | input_ids -> hidden_states and text_embeds (the pooled text) |
+| `reference/lora/{unet,text_encoder}/` | sd1's networks with the LoRA merged at 0.7, on sd1's reference inputs |
 | `reference/lcm/unet/` | the LCM UNet, its guidance embedding as the input `timestep_cond` |
 | `.../unet/`, `vae_decoder/`, `vae_encoder/` | -> out_sample; post_quant_conv + decoder; encoder + quant_conv |
 | `reference/<family>/cases/<case>/` | whole-pipeline cases in tiny-sd's format (`case.json`, ...) |
@@ -1930,6 +2007,7 @@ def main():
         make_tiny_family(out, name, stats)
     make_tiny_sdxl(out, stats)
     make_tiny_lcm(out, stats)
+    make_tiny_loras(out, stats)
     # What a single file needs of a tokenizer, beside it (kiln looks in
     # <checkpoint's folder>/tokenizer): the two tables; the family sets the padding.
     os.makedirs(os.path.join(out, "tokenizer"))

@@ -28,7 +28,7 @@ namespace {
 struct GenerateFlags {
   PassFlags pass_flags;
   std::string model, variant, tokenizer, prediction, negative_prompt, output = "out.png";
-  std::vector<std::string> prompts;
+  std::vector<std::string> prompts, loras;
   int grid = 0;
   int steps = 20;
   float guidance_scale = 7.5f;
@@ -103,6 +103,10 @@ Result<GeneratorOptions> generator_options(const GenerateFlags& f) {
   if (!f.prediction.empty()) {
     KILN_ASSIGN_OR_RETURN(p.prediction, parse_prediction_type(f.prediction));
   }
+  for (const std::string& lora : f.loras) {
+    KILN_ASSIGN_OR_RETURN(LoraSpec spec, parse_lora_spec(lora));
+    p.loras.push_back(std::move(spec));
+  }
   if (!f.quiet) p.log = [](const std::string& line) { fmt::print(stderr, "kiln: {}\n", line); };
   return options;
 }
@@ -139,8 +143,8 @@ Status generate_video(const GenerateFlags& f) {
   const auto start = std::chrono::steady_clock::now();
   for (const char* flag : {"--batch", "--grid", "--init-image", "--strength", "--vae-tiling", "--timestep-spacing"})
     KILN_CHECK_ARG(!f.given.count(flag), "{} is for image models; {} makes video", flag, f.model);
-  for (const char* flag : {"--tokenizer", "--prediction"})
-    KILN_CHECK_ARG(!f.given.count(flag), "{} is for single-file image checkpoints, not a Wan folder", flag);
+  for (const char* flag : {"--tokenizer", "--prediction", "--lora"})
+    KILN_CHECK_ARG(!f.given.count(flag), "{} is for Stable Diffusion checkpoints, not a Wan folder", flag);
   KILN_CHECK_ARG(f.prompts.size() == 1, "a video takes one --prompt, got {}", f.prompts.size());
   const int steps = f.given.count("--steps") ? f.steps : 50;
   KILN_CHECK_ARG(steps >= 1, "--steps must be at least 1, got {}", steps);
@@ -290,6 +294,10 @@ Handler add_generate_command(CLI::App& app) {
                   "eps | v: what the UNet predicts (default: the scheduler config's; a single file's family's: SD 1.x "
                   "eps, SD 2.x v, and eps for SD 2.x's 512-pixel base models)")
       ->check(CLI::IsMember({"eps", "v"}));
+  cmd->add_option("--lora", f->loras,
+                  "FILE[:WEIGHT]: a LoRA (.safetensors; kohya/A1111 or diffusers/PEFT keys) merged into a checkpoint's "
+                  "weights at WEIGHT (default 1) before its graphs are built; give it again for more")
+      ->allow_extra_args(false);
   cmd->add_option("--prompt,-p", f->prompts, "what to draw; give it again for more pictures (prompt k uses seed + k)")
       ->required()
       ->allow_extra_args(false);  // one prompt a flag: an unquoted "-p a red circle" is an error, not three prompts

@@ -1,5 +1,7 @@
 #include "models/weights.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -10,6 +12,17 @@ Status WeightSet::add(std::string name, Tensor tensor, std::string origin) {
   if (!fresh)
     return invalid_argument("{} and {} are both {} '{}'", it->second.origin, origin, label_.empty() ? "weight" : label_,
                             it->first);
+  return ok_status();
+}
+
+Status WeightSet::replace(std::string_view name, Tensor tensor, std::string_view note) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return not_found("{}: no weight '{}' to replace", label_, name);
+  if (it->second.tensor.shape() != tensor.shape())
+    return invalid_argument("{}: '{}' is {}, its replacement {}", label_, name, shape_to_string(it->second.tensor.shape()),
+                            shape_to_string(tensor.shape()));
+  it->second.tensor = std::move(tensor);
+  it->second.origin += fmt::format(" {}", note);
   return ok_status();
 }
 

@@ -27,6 +27,11 @@ class WeightSet {
 
   // An error when `name` is already present (two file keys mapped to one name).
   Status add(std::string name, Tensor tensor, std::string origin);
+  // Puts `tensor` in the place of `name`'s (a LoRA-merged copy, of the same
+  // shape), `note` added to its origin; an error when it is absent.
+  Status replace(std::string_view name, Tensor tensor, std::string_view note);
+  // The names of every tensor, sorted; nothing is marked.
+  std::vector<std::string> names() const { return names_with_prefix(""); }
 
   // The tensor named `name`, marked used; null when absent.
   const Tensor* find(std::string_view name) const;

@@ -316,8 +316,11 @@ Result<Generation> Pipeline::generate(const GenerateOptions& o) {
   // Everything a compiled loop depends on: the shapes (which also fix where
   // the step noise starts), the guidance scale, the scheduler, its spacing
   // and the steps.
+  // The LoRA set is the pipeline's, merged at load: named here all the same,
+  // so a plan is never taken for another set's.
   std::string condition_shapes;
   for (const auto& [name, t] : conditions) condition_shapes += " " + signature_entry(name, DType::kF32, t.shape());
+  for (const LoraSpec& lora : options_.loras) condition_shapes += fmt::format(" lora={}:{}", lora.path, lora.weight);
   const DenoiseRun run{tables, o, conditions, noise.next_pair(),
                        fmt::format("{}{} guidance={} {} spacing={} steps={} from={}",
                                    signature_entry("x", DType::kF32, shape), condition_shapes, o.guidance_scale,

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "models/lora.h"
 #include "pipeline/conditioner.h"
 #include "pipeline/denoiser.h"
 #include "pipeline/latent_codec.h"
@@ -60,6 +61,9 @@ struct PipelineOptions {
   std::string variant;
   std::string tokenizer_dir;
   std::optional<PredictionType> prediction;
+  // LoRA files merged into a checkpoint's weights before its graphs are
+  // built (models/lora.h), in order; not for ONNX folders.
+  std::vector<LoraSpec> loras;
 };
 
 // A pipeline's roles and settings, as a family file wires them.

@@ -1,6 +1,7 @@
 #include "pipeline/sd_family.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -85,6 +86,9 @@ Result<int64_t> config_int(const nlohmann::json& config, const char* key, int64_
 }
 
 Result<PipelineParts> onnx_folder_parts(const std::string& dir, const PipelineOptions& options) {
+  if (!options.loras.empty())
+    return unsupported("--lora {}: LoRA merges into a checkpoint's weights; {} is an ONNX folder",
+                       options.loras[0].path, dir);
   PipelineParts parts;
   parts.description = "Stable Diffusion, optimum ONNX folder";
   const std::string index_path = dir + "/model_index.json";
@@ -201,9 +205,29 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   if (!m->has_vae || !m->vae_config.has_decoder) return not_found("{}: no VAE decoder in it, which makes the image", path);
   const bool single = m->format == CheckpointFormat::kSingleFile, sd2 = m->family == SdFamily::kSd2;
   const bool xl = m->family == SdFamily::kSdxl;
+  std::string loras;  // for the description
+  for (const LoraSpec& lora : options.loras) {
+    const LoraTarget targets[] = {{"unet", &m->unet}, {"text_encoder", &m->text_encoder},
+                                  {"text_encoder_2", &m->text_encoder_2}};
+    KILN_ASSIGN_OR_RETURN(LoraReport report, apply_lora(lora, targets));
+    loras += fmt::format(" + LoRA {} x {}", fs::path(lora.path).filename().string(), lora.weight);
+    if (options.log) {
+      options.log(fmt::format("{}: merged into {} weights at {}", lora.path, report.merged, lora.weight));
+      if (!report.unmatched.empty())
+        options.log(fmt::format("{}: {} of its modules (or keys in no LoRA layout) match no weight of {} and "
+                                "are left out: {}{}",
+                                lora.path,
+                                report.unmatched.size(), path,
+                                fmt::join(report.unmatched.begin(),
+                                          report.unmatched.begin() + std::min<ptrdiff_t>(8, report.unmatched.size()),
+                                          ", "),
+                                report.unmatched.size() > 8 ? ", ..." : ""));
+    }
+  }
   PipelineParts parts;
-  parts.description = fmt::format("{}, {}{} ({} weights)", sd_family_name(m->family), checkpoint_format_name(m->format),
-                                  m->variant.empty() ? "" : ", variant " + m->variant, dtype_summary(m->unet));
+  parts.description = fmt::format("{}, {}{} ({} weights){}", sd_family_name(m->family),
+                                  checkpoint_format_name(m->format), m->variant.empty() ? "" : ", variant " + m->variant,
+                                  dtype_summary(m->unet), loras);
 
   // The scheduler and the prediction type.
   if (!m->scheduler_config_path.empty()) {
