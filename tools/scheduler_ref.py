@@ -213,10 +213,23 @@ class NoiseScheduler(Scheduler):
         self.train_sigmas = train_sigmas(self.ac)
 
 
-class DDIM(NoiseScheduler):
+class AlphaScheduler(NoiseScheduler):
+    """DDIM's and LCM's: steps between alphas_cumprod entries, ending at the
+    final alpha (1 with set_alpha_to_one)."""
+
+    def __init__(self, kind, config):
+        super().__init__(kind, config)
+        self.final_alpha_cumprod = F32(1.0) if self.config["set_alpha_to_one"] else self.ac[0]
+
+    @property
+    def sigmas(self):
+        a = [float(self.ac[t]) for t in self.timesteps] + [float(self.final_alpha_cumprod)]
+        return np.array([math.sqrt((1 - x) / x) for x in a])
+
+
+class DDIM(AlphaScheduler):
     def __init__(self, config):
         super().__init__("ddim", config)
-        self.final_alpha_cumprod = F32(1.0) if self.config["set_alpha_to_one"] else self.ac[0]
 
     def set_timesteps(self, steps):
         self.check_steps(steps)
@@ -237,11 +250,6 @@ class DDIM(NoiseScheduler):
     def _alpha_prev(self, i):
         prev = self.timesteps[i] - self.config["num_train_timesteps"] // self.num_inference_steps
         return float(self.ac[prev] if prev >= 0 else self.final_alpha_cumprod)
-
-    @property
-    def sigmas(self):
-        a = [float(self.ac[t]) for t in self.timesteps] + [float(self.final_alpha_cumprod)]
-        return np.array([math.sqrt((1 - x) / x) for x in a])
 
     def step(self, model_output, i, sample, noise=None):
         out, x = np.asarray(model_output, np.float64), np.asarray(sample, np.float64)
@@ -441,14 +449,13 @@ class FlowMatchEuler(Scheduler):
         return x + (sigma_next - sigma) * v
 
 
-class LCM(NoiseScheduler):
+class LCM(AlphaScheduler):
     """LCMScheduler: consistency estimates on the distillation's timestep
     grid, renoised to the next timestep with fresh noise."""
     needs_noise = True
 
     def __init__(self, config):
         super().__init__("lcm", config)
-        self.final_alpha_cumprod = F32(1.0) if self.config["set_alpha_to_one"] else self.ac[0]
 
     def set_timesteps(self, steps):
         self.check_steps(steps)
@@ -460,11 +467,6 @@ class LCM(NoiseScheduler):
         grid = (np.asarray(list(range(1, original + 1))) * k - 1)[::-1].copy()
         indices = np.floor(np.linspace(0, len(grid), num=steps, endpoint=False)).astype(np.int64)
         self.timesteps = grid[indices]
-
-    @property
-    def sigmas(self):
-        a = [float(self.ac[t]) for t in self.timesteps] + [float(self.final_alpha_cumprod)]
-        return np.array([math.sqrt((1 - x) / x) for x in a])
 
     def step(self, model_output, i, sample, noise=None):
         out, x = np.asarray(model_output, np.float64), np.asarray(sample, np.float64)

@@ -21,32 +21,26 @@ const fs::path kCheckpoints = fs::path(KILN_SOURCE_DIR) / "tests" / "models" / "
 
 class SingleFile : public ::testing::TestWithParam<ModeCase> {};
 
-TEST_P(SingleFile, Sd1MatchesThePyTorchPipelineStepByStep) {
-  expect_matches_reference(kCheckpoints / "sd1.safetensors", kCheckpoints / "reference" / "sd1" / "cases", 3,
-                           GetParam());
-}
+// Each model form and its reference cases (at least `cases`): SD 1.x and
+// 2.x single files; SDXL's (two text encoders, the pooled text and the size
+// conditioning, an empty negative prompt as zeros; guided and Turbo's
+// unguided trailing steps) as a single file and a folder; a full LCM UNet
+// (the LCM scheduler, the guidance embedded, no CFG batch).
+struct ReferenceForm {
+  const char* model;
+  const char* family;  // reference/<family>/cases
+  size_t cases;
+};
+constexpr ReferenceForm kForms[] = {{"sd1.safetensors", "sd1", 3},  {"sd2.safetensors", "sd2", 2},
+                                    {"sdxl.safetensors", "sdxl", 4}, {"sdxl-diffusers", "sdxl", 4},
+                                    {"lcm-diffusers", "lcm", 2}};
 
-TEST_P(SingleFile, Sd2MatchesThePyTorchPipelineStepByStep) {
-  expect_matches_reference(kCheckpoints / "sd2.safetensors", kCheckpoints / "reference" / "sd2" / "cases", 2,
-                           GetParam());
-}
-
-// SDXL: two text encoders, the pooled text and the size conditioning, an
-// empty negative prompt as zeros; guided and Turbo's unguided trailing steps.
-TEST_P(SingleFile, SdxlMatchesThePyTorchPipelineStepByStep) {
-  expect_matches_reference(kCheckpoints / "sdxl.safetensors", kCheckpoints / "reference" / "sdxl" / "cases", 4,
-                           GetParam());
-}
-
-TEST_P(SingleFile, SdxlDiffusersFolderMatchesThePyTorchPipeline) {
-  expect_matches_reference(kCheckpoints / "sdxl-diffusers", kCheckpoints / "reference" / "sdxl" / "cases", 4,
-                           GetParam());
-}
-
-// A full LCM UNet: the LCM scheduler, the guidance embedded (no CFG batch).
-TEST_P(SingleFile, LcmDiffusersFolderMatchesThePyTorchPipeline) {
-  expect_matches_reference(kCheckpoints / "lcm-diffusers", kCheckpoints / "reference" / "lcm" / "cases", 2,
-                           GetParam());
+TEST_P(SingleFile, MatchesThePyTorchPipelineStepByStep) {
+  for (const ReferenceForm& f : kForms) {
+    SCOPED_TRACE(f.model);
+    expect_matches_reference(kCheckpoints / f.model, kCheckpoints / "reference" / f.family / "cases", f.cases,
+                             GetParam());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SingleFile, ::testing::ValuesIn(kModes),
