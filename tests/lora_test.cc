@@ -72,6 +72,34 @@ TEST_P(Lora, MergedNetworksMatchPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Layouts, Lora, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// kohya's SDXL layout on SDXL's single file (F16: each merged weight
+// rounded to f16, as PyTorch's reference merges): the UNet's modules by
+// LDM's names, lora_te1_ and lora_te2_ (one a row block of OpenCLIP's packed
+// Q, K, V).
+TEST(LoraSdxl, KohyaLdmNamesAndBothTextEncodersMatchPyTorch) {
+  auto m = sd_model_open((kCheckpoints / "sdxl.safetensors").string(), {});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  SdModel& s = **m;
+  const LoraTarget targets[] = {{"unet", &s.unet}, {"text_encoder", &s.text_encoder}, {"text_encoder_2", &s.text_encoder_2}};
+  auto r = apply_lora({.path = (kCheckpoints / "lora-sdxl-kohya.safetensors").string(), .weight = 0.7f}, targets);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->merged, 7);
+  EXPECT_TRUE(r->unmatched.empty());
+  const fs::path dir = kCheckpoints / "reference" / "lora-sdxl";
+  for (const std::string network : {"unet", "text_encoder", "text_encoder_2"}) {
+    Result<Graph> graph = network == "unet"           ? sd_unet_graph(s.unet_config, s.unet)
+                          : network == "text_encoder" ? clip_text_graph(s.text_config, s.text_encoder)
+                                                      : clip_text_graph(s.text_config_2, s.text_encoder_2);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    NamedTensors inputs;
+    for (const Value* v : graph->inputs())
+      inputs.emplace_back(v->name, *npy_read((dir / network / "inputs" / (v->name + ".npy")).string()));
+    auto expected = npy_read((dir / network / "outputs" / (graph->outputs()[0]->name + ".npy")).string());
+    ASSERT_TRUE(expected.ok()) << expected.status().message();
+    testing::expect_both_ways_close("sdxl lora " + network, std::move(*graph), inputs, *expected);
+  }
+}
+
 // Weight 0: every weight the file's own tensor (no copy, no rounding), and
 // the image the base model's, byte for byte.
 TEST(LoraWeights, WeightZeroIsTheBaseModel) {

@@ -1817,6 +1817,66 @@ def make_tiny_loras(out, stats):
                           {"input_ids": load("text_encoder", "input_ids")}, "hidden_states")
     write_model_reference(folder, "unet", in_dtype(models["unet"]),
                           {n: load("unet", n) for n in ("sample", "timestep", "encoder_hidden_states")}, "out_sample")
+    make_sdxl_lora(out)
+
+
+# kohya's SDXL LoRAs: the UNet's modules by LDM's names, lora_te1_ (CLIP) and
+# lora_te2_ (OpenCLIP, whose q/k/v are rows of its packed in_proj).
+SDXL_LORA_MODULES = {
+    "unet": ["down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v", "mid_block.attentions.0.proj_in",
+             "up_blocks.0.attentions.1.transformer_blocks.1.ff.net.2", "down_blocks.0.resnets.0.conv2"],
+    "text_encoder": ["text_model.encoder.layers.0.self_attn.q_proj"],
+    "text_encoder_2": ["text_model.encoder.layers.1.self_attn.k_proj", "text_model.encoder.layers.2.mlp.fc1"],
+}
+
+
+def openclip_param(text_2, module):
+    """The OpenCLIP tensor (a row slice for q/k/v) holding transformers' `module`'s weight."""
+    m = re.fullmatch(r"text_model\.encoder\.layers\.(\d+)\.(.+)", module)
+    block, rest = text_2.transformer.resblocks[int(m[1])], m[2]
+    if rest.startswith("self_attn.") and rest[len("self_attn."):] in ("q_proj", "k_proj", "v_proj"):
+        d = block.attn.out_proj.weight.shape[0]
+        k = "qkv".index(rest[len("self_attn.")])
+        return block.attn.in_proj_weight[k * d:(k + 1) * d]
+    return {"mlp.fc1": block.mlp.c_fc.weight, "mlp.fc2": block.mlp.c_proj.weight}[rest]
+
+
+def make_sdxl_lora(out):
+    fam = dict(SDXL)
+    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sdxl-tokenizer"))
+    vocab = len(tokenizer.encoder)
+    fam["text"], fam["text_2"] = dict(fam["text"], vocab_size=vocab), dict(fam["text_2"], vocab_size=vocab)
+    text = build_component(dict(fam, name="sdxl"), "text_encoder")[0]
+    text_2 = build_component(dict(fam, name="sdxl", text=fam["text_2"]), "text_encoder")[0]
+    fill_params(text_2, "sdxl/text_encoder_2", init_rules(text_2))
+    unet = build_component(dict(fam, name="sdxl"), "unet")[0]
+    kohya = {}
+    prefixes = {"unet": "lora_unet_", "text_encoder": "lora_te1_", "text_encoder_2": "lora_te2_"}
+    for component, modules in SDXL_LORA_MODULES.items():
+        for module in modules:
+            if component == "text_encoder_2":
+                w = openclip_param(text_2, module)
+            else:
+                w = dict((unet if component == "unet" else text).named_parameters())[module + ".weight"]
+            down, up = lora_matrices(component, module, w)
+            with torch.no_grad():  # rounded to float16, as the merge into sdxl.safetensors' F16 weights is
+                w.copy_((w.double() + LORA_WEIGHT * LORA_ALPHA / LORA_RANK * lora_delta(down, up).reshape(w.shape))
+                        .float().half().float())
+            name = unet_key_to_ldm(module + ".weight", fam["unet"])[:-len(".weight")] if component == "unet" else module
+            key = prefixes[component] + name.replace(".", "_")
+            kohya.update({f"{key}.lora_down.weight": down, f"{key}.lora_up.weight": up,
+                          f"{key}.alpha": torch.tensor(LORA_ALPHA)})
+    write_safetensors(os.path.join(out, "lora-sdxl-kohya.safetensors"),
+                      {k: Entry("F16", tuple(v.shape), lambda v=v: v.numpy()) for k, v in kohya.items()})
+    folder, ref = os.path.join(out, "reference", "lora-sdxl"), os.path.join(out, "reference", "sdxl")
+    load = lambda network, name: torch.from_numpy(np.load(os.path.join(ref, network, "inputs", name + ".npy")))
+    write_model_reference(folder, "text_encoder", in_dtype(SdxlText(text, False)),
+                          {"input_ids": load("text_encoder", "input_ids")}, "hidden_states")
+    second = in_dtype(SdxlText(text_2, True))
+    write_model_reference(folder, "text_encoder_2", lambda d: (lambda x: second(d)(x)[0]),
+                          {"input_ids": load("text_encoder_2", "input_ids")}, "hidden_states")
+    names = ("sample", "timestep", "encoder_hidden_states", "text_embeds", "time_ids")
+    write_model_reference(folder, "unet", in_dtype(unet), {n: load("unet", n) for n in names}, "out_sample")
 
 
 # ------------------------------------------------------------- full size
@@ -1922,11 +1982,13 @@ files agree exactly). Architectures (diffusers configs in the folders' config.js
 | `sdxl-diffusers/` | SDXL diffusers folder, F16: `text_encoder_2` as CLIPTextModelWithProjection, `tokenizer_2` padding with `!` |
 | `sdxl-tokenizer/`, `sdxl-tokenizer-2/` | SDXL's two tokenizers (EOS padding, `!` padding) |
 | `lora-sd1-kohya.safetensors`, `lora-sd1-kohya-ldm.safetensors`, `lora-sd1-peft.safetensors` | a LoRA for sd1 (Linear, 1x1 and 3x3 conv modules of the UNet, two of the text encoder; rank 4, alpha 2) in kohya's layout with diffusers' and with LDM's module names, and in diffusers/PEFT's (up pre-scaled by alpha/rank, one module sd1 lacks) |
+| `lora-sdxl-kohya.safetensors` | a LoRA for sdxl in kohya's SDXL layout: the UNet's modules by LDM's names, `lora_te1_` and `lora_te2_` (one a row block of OpenCLIP's packed in_proj) |
 | `lcm-diffusers/` | a full LCM UNet (sd1's architecture with `time_cond_proj_dim` 32: `time_embedding.cond_proj`), sd1's text encoder and VAE, LCMScheduler's config; F16 |
 | `reference/<family>/<model>/` | `inputs/*.npy`, `outputs/*.npy`: float64 references stored float32 |
 | `.../text_encoder/` | input_ids -> hidden_states, the context the pipeline feeds the UNet (SDXL: the first encoder's part) |
 | `reference/sdxl/text_encoder_2/` | input_ids -> hidden_states and text_embeds (the pooled text) |
 | `reference/lora/{unet,text_encoder}/` | sd1's networks with the LoRA merged at 0.7, on sd1's reference inputs |
+| `reference/lora-sdxl/{unet,text_encoder,text_encoder_2}/` | sdxl's networks with its LoRA merged at 0.7, on sdxl's reference inputs |
 | `reference/lcm/unet/` | the LCM UNet, its guidance embedding as the input `timestep_cond` |
 | `.../unet/`, `vae_decoder/`, `vae_encoder/` | -> out_sample; post_quant_conv + decoder; encoder + quant_conv |
 | `reference/<family>/cases/<case>/` | whole-pipeline cases in tiny-sd's format (`case.json`, ...) |
