@@ -25,8 +25,7 @@ std::shared_ptr<SdModel> open_with(const char* model, const char* lora, float we
   auto m = sd_model_open((kCheckpoints / model).string(), {});
   EXPECT_TRUE(m.ok()) << m.status().message();
   if (!m.ok()) return nullptr;
-  const LoraTarget targets[] = {{"unet", &(*m)->unet}, {"text_encoder", &(*m)->text_encoder}};
-  auto r = apply_lora({.path = (kCheckpoints / lora).string(), .weight = weight}, targets);
+  auto r = apply_lora({.path = (kCheckpoints / lora).string(), .weight = weight}, sd_lora_targets(**m));
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return nullptr;
   *report = *r;
@@ -53,6 +52,7 @@ struct LoraCase {
 const LoraCase kCases[] = {
     {"kohya_on_single_file", "sd1.safetensors", "lora-sd1-kohya.safetensors", 0},
     {"kohya_ldm_names_on_single_file", "sd1.safetensors", "lora-sd1-kohya-ldm.safetensors", 0},
+    {"kohya_ldm_names_on_diffusers_folder", "sd1-diffusers-sharded", "lora-sd1-kohya-ldm.safetensors", 0},
     {"peft_on_diffusers_folder", "sd1-diffusers-sharded", "lora-sd1-peft.safetensors", 1},  // its F32 files
 };
 
@@ -80,8 +80,8 @@ TEST(LoraSdxl, KohyaLdmNamesAndBothTextEncodersMatchPyTorch) {
   auto m = sd_model_open((kCheckpoints / "sdxl.safetensors").string(), {});
   ASSERT_TRUE(m.ok()) << m.status().message();
   SdModel& s = **m;
-  const LoraTarget targets[] = {{"unet", &s.unet}, {"text_encoder", &s.text_encoder}, {"text_encoder_2", &s.text_encoder_2}};
-  auto r = apply_lora({.path = (kCheckpoints / "lora-sdxl-kohya.safetensors").string(), .weight = 0.7f}, targets);
+  auto r = apply_lora({.path = (kCheckpoints / "lora-sdxl-kohya.safetensors").string(), .weight = 0.7f},
+                      sd_lora_targets(s));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->merged, 7);
   EXPECT_TRUE(r->unmatched.empty());
@@ -97,6 +97,25 @@ TEST(LoraSdxl, KohyaLdmNamesAndBothTextEncodersMatchPyTorch) {
     auto expected = npy_read((dir / network / "outputs" / (graph->outputs()[0]->name + ".npy")).string());
     ASSERT_TRUE(expected.ok()) << expected.status().message();
     testing::expect_both_ways_close("sdxl lora " + network, std::move(*graph), inputs, *expected);
+  }
+}
+
+// ldm_name_from_unet inverts the LDM names: every UNet weight of the SD 1.x
+// and SDXL single files (written by tools/ with its own table) gets back the
+// key the file gave it.
+TEST(LoraNames, LdmNamesOfEveryUnetWeight) {
+  for (const char* file : {"sd1.safetensors", "sdxl.safetensors"}) {
+    auto m = sd_model_open((kCheckpoints / file).string(), {});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<LoraTarget> targets = sd_lora_targets(**m);
+    int checked = 0;
+    for (const std::string& name : (*m)->unet.names()) {
+      const std::string origin = (*m)->unet.origin(name);
+      const std::string key = origin.substr(origin.rfind("model.diffusion_model.") + 22);
+      EXPECT_EQ(targets[0].also_named(name).value_or("(none)"), key) << file << ": " << name;
+      ++checked;
+    }
+    EXPECT_GT(checked, 100) << file;
   }
 }
 
@@ -146,8 +165,7 @@ TEST(LoraWeights, SpecsParse) {
 TEST(LoraWeights, AnotherModelsLoraIsRefused) {
   auto m = sd_model_open((kCheckpoints / "sdxl.safetensors").string(), {});
   ASSERT_TRUE(m.ok()) << m.status().message();
-  const LoraTarget targets[] = {{"unet", &(*m)->unet}, {"text_encoder", &(*m)->text_encoder}};
-  auto r = apply_lora({.path = (kCheckpoints / "lora-sd1-kohya.safetensors").string()}, targets);
+  auto r = apply_lora({.path = (kCheckpoints / "lora-sd1-kohya.safetensors").string()}, sd_lora_targets(**m));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("a LoRA for another model?"), std::string::npos) << r.status().message();
 }

@@ -125,6 +125,54 @@ std::optional<std::string> unet_name_from_ldm(std::string_view key, const LdmUne
   return std::nullopt;
 }
 
+std::optional<std::string> ldm_name_from_unet(std::string_view name, const LdmUnetLayout& layout,
+                                              const std::vector<bool>& up_attends) {
+  static constexpr std::pair<std::string_view, std::string_view> kTop[] = {
+      {"conv_in.", "input_blocks.0.0."},       {"time_embedding.linear_1.", "time_embed.0."},
+      {"time_embedding.linear_2.", "time_embed.2."}, {"add_embedding.linear_1.", "label_emb.0.0."},
+      {"add_embedding.linear_2.", "label_emb.0.2."}, {"conv_norm_out.", "out.0."},
+      {"conv_out.", "out.2."}};
+  static constexpr std::pair<std::string_view, std::string_view> kResnet[] = {
+      {"norm1.", "in_layers.0."},  {"conv1.", "in_layers.2."},  {"time_emb_proj.", "emb_layers.1."},
+      {"norm2.", "out_layers.0."}, {"conv2.", "out_layers.3."}, {"conv_shortcut.", "skip_connection."}};
+  auto resnet = [](std::string_view rest) -> std::optional<std::string> {
+    for (const auto& [diffusers, ldm] : kResnet)
+      if (take(rest, diffusers)) return cat(ldm, rest);
+    return std::nullopt;
+  };
+  std::string_view s = name;
+  for (const auto& [diffusers, ldm] : kTop)
+    if (take(s, diffusers)) return cat(ldm, s);
+  const int64_t per_level = layout.layers_per_block + 1;
+  int64_t i = 0, j = 0;
+  for (const bool down : {true, false}) {
+    s = name;
+    if (!take_index(s, down ? "down_blocks." : "up_blocks.", &i)) continue;
+    const std::string_view blocks = down ? "input_blocks" : "output_blocks";
+    const int64_t first = down ? 1 + i * per_level : i * per_level;
+    if (take_index(s, "resnets.", &j)) {
+      auto inner = resnet(s);
+      return inner ? std::optional(fmt::format("{}.{}.0.{}", blocks, first + j, *inner)) : std::nullopt;
+    }
+    if (take_index(s, "attentions.", &j)) return fmt::format("{}.{}.1.{}", blocks, first + j, s);
+    if (down && take(s, "downsamplers.0.conv."))
+      return fmt::format("input_blocks.{}.0.op.{}", first + layout.layers_per_block, s);
+    if (!down && take(s, "upsamplers.0.conv.")) {
+      const bool attends = i < int64_t(up_attends.size()) && up_attends[size_t(i)];
+      return fmt::format("output_blocks.{}.{}.conv.{}", first + layout.layers_per_block, attends ? 2 : 1, s);
+    }
+    return std::nullopt;
+  }
+  s = name;
+  if (take(s, "mid_block.attentions.0.")) return cat("middle_block.1.", s);
+  if (take_index(s, "mid_block.resnets.", &j) && (j == 0 || j == 1)) {
+    auto inner = resnet(s);
+    if (!inner) return std::nullopt;
+    return fmt::format("middle_block.{}.{}", j == 0 ? 0 : layout.middle_blocks - 1, *inner);
+  }
+  return std::nullopt;
+}
+
 LdmVaeLayout ldm_vae_layout(const std::vector<std::string>& keys) {
   LdmVaeLayout layout{0};
   for (const std::string& key : keys) {

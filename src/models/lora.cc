@@ -58,21 +58,18 @@ std::string underscored(std::string_view dotted) {
 }
 
 // Module names -> weight names for one network: the canonical module path
-// dotted and underscored, and a single file's own key underscored (from the
-// weight's origin, "FILE: model.diffusion_model.input_blocks...").
-std::map<std::string, std::string> module_index(const WeightSet& w) {
+// dotted and underscored, and the target's second name underscored.
+std::map<std::string, std::string> module_index(const LoraTarget& target) {
   std::map<std::string, std::string> index;
-  constexpr std::string_view kWeight = ".weight", kLdmUnet = "model.diffusion_model.";
-  for (const std::string& name : w.names()) {
+  constexpr std::string_view kWeight = ".weight";
+  for (const std::string& name : target.weights->names()) {
     if (!name.ends_with(kWeight)) continue;
     const std::string_view module = std::string_view(name).substr(0, name.size() - kWeight.size());
     index.emplace(std::string(module), name);
     index.emplace(underscored(module), name);
-    const std::string origin = w.origin(name);
-    if (const size_t at = origin.rfind(kLdmUnet); at != std::string::npos && origin.ends_with(kWeight)) {
-      const std::string_view key = std::string_view(origin).substr(at + kLdmUnet.size());
-      index.emplace(underscored(key.substr(0, key.size() - kWeight.size())), name);
-    }
+    if (!target.also_named) continue;
+    if (const std::optional<std::string> other = target.also_named(name); other && other->ends_with(kWeight))
+      index.emplace(underscored(std::string_view(*other).substr(0, other->size() - kWeight.size())), name);
   }
   return index;
 }
@@ -163,7 +160,7 @@ Result<LoraReport> apply_lora(const LoraSpec& spec, std::span<const LoraTarget> 
                             "lora_up, or diffusers' unet.* / text_encoder*.*.lora_A/lora_B), e.g. '{}'",
                             spec.path, tensors.empty() ? "" : tensors.front().first);
   std::map<std::string, std::map<std::string, std::string>> indexes;  // component -> module -> weight
-  for (const LoraTarget& t : targets) indexes[t.component] = module_index(*t.weights);
+  for (const LoraTarget& t : targets) indexes[t.component] = module_index(t);
   for (auto& [id, m] : modules) {
     const auto& [component, module] = id;
     const std::string where = fmt::format("{}: {}", spec.path, m.key);

@@ -13,12 +13,14 @@
 //                    .lora_A.weight and .lora_B.weight (PEFT) or .lora.down.weight and
 //                    .lora.up.weight (older diffusers), and .alpha where there is one
 // A module is matched by its weight's canonical name (diffusers' for the
-// UNet, transformers' for text encoders; kohya writes the dots as _), or, in
-// a single file, by the file's own key (kohya's SDXL LoRAs name LDM's
-// input_blocks_4_1_...). A LoRA for a 1x1 or 3x3 convolution is merged as
+// UNet, transformers' for text encoders; kohya writes the dots as _), or by
+// the target's second name for it (the UNet's LDM key: kohya's SDXL LoRAs
+// name input_blocks_4_1_...). A LoRA for a 1x1 or 3x3 convolution is merged as
 // the product of its flattened matrices.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,10 +39,12 @@ struct LoraSpec {
 Result<LoraSpec> parse_lora_spec(std::string_view text);
 
 // A network a LoRA may change: its component name ("unet", "text_encoder",
-// "text_encoder_2") and weights.
+// "text_encoder_2") and weights, and where modules have a second name (the
+// UNet's LDM keys), the function giving it for a weight's canonical name.
 struct LoraTarget {
   std::string component;
   WeightSet* weights = nullptr;
+  std::function<std::optional<std::string>(std::string_view)> also_named = {};
 };
 
 struct LoraReport {

@@ -213,6 +213,15 @@ Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const Sd
   return m;
 }
 
+std::vector<LoraTarget> sd_lora_targets(SdModel& m) {
+  const SdUnetConfig& c = m.unet_config;
+  const LdmUnetLayout layout{.layers_per_block = c.layers_per_block, .middle_blocks = c.mid_depth ? 3 : 2};
+  std::vector<bool> up_attends;
+  for (int64_t depth : c.up_depth) up_attends.push_back(depth > 0);
+  auto ldm = [layout, up_attends](std::string_view name) { return ldm_name_from_unet(name, layout, up_attends); };
+  return {{"unet", &m.unet, ldm}, {"text_encoder", &m.text_encoder}, {"text_encoder_2", &m.text_encoder_2}};
+}
+
 Result<std::shared_ptr<SdModel>> sd_model_from_tensors(NamedTensorList tensors, const std::string& path) {
   auto m = std::make_shared<SdModel>();
   m->path = path;

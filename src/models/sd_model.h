@@ -24,6 +24,7 @@
 
 #include "models/checkpoint.h"
 #include "models/clip_text.h"
+#include "models/lora.h"
 #include "models/sd_unet.h"
 #include "models/sd_vae.h"
 
@@ -57,5 +58,9 @@ struct SdModel {
 Result<std::shared_ptr<SdModel>> sd_model_open(const std::string& path, const SdModelOptions& options);
 // A single file's tensors, already read (`path` names it in messages).
 Result<std::shared_ptr<SdModel>> sd_model_from_tensors(NamedTensorList tensors, const std::string& path);
+
+// What a LoRA may change in `m` (models/lora.h): the UNet (its modules also
+// by their LDM names) and the text encoders.
+std::vector<LoraTarget> sd_lora_targets(SdModel& m);
 
 }  // namespace kiln

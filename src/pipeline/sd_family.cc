@@ -207,9 +207,7 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
   const bool xl = m->family == SdFamily::kSdxl;
   std::string loras;  // for the description
   for (const LoraSpec& lora : options.loras) {
-    const LoraTarget targets[] = {{"unet", &m->unet}, {"text_encoder", &m->text_encoder},
-                                  {"text_encoder_2", &m->text_encoder_2}};
-    KILN_ASSIGN_OR_RETURN(LoraReport report, apply_lora(lora, targets));
+    KILN_ASSIGN_OR_RETURN(LoraReport report, apply_lora(lora, sd_lora_targets(*m)));
     loras += fmt::format(" + LoRA {} x {}", fs::path(lora.path).filename().string(), lora.weight);
     if (options.log) {
       options.log(fmt::format("{}: merged into {} weights at {}", lora.path, report.merged, lora.weight));
