@@ -28,6 +28,7 @@ struct ServeFlags {
   double grace = 30;
   std::string mode = "graph-loop";
   std::string variant;
+  std::vector<std::string> loras;
   PassFlags pass_flags;
   serve::ServeLimits limits;
   bool quiet = false;
@@ -47,6 +48,10 @@ Status serve_command(const ServeFlags& f) {
   KILN_ASSIGN_OR_RETURN(options.pipeline.passes, pass_options(f.pass_flags));
   KILN_RETURN_IF_ERROR(parse_generate_mode(f.mode, options.pipeline.mode, options.pipeline.whole_loop));
   options.pipeline.variant = options.video.variant = f.variant;
+  for (const std::string& lora : f.loras) {
+    KILN_ASSIGN_OR_RETURN(LoraSpec spec, parse_lora_spec(lora));
+    options.pipeline.loras.push_back(std::move(spec));
+  }
   options.video.passes = options.pipeline.passes;
   options.video.mode = options.pipeline.mode;
   if (!f.quiet)
@@ -127,6 +132,10 @@ Handler add_serve_command(CLI::App& app) {
   cmd->add_option("--mode", f->mode, "eager | graph | graph-loop | auto, as for kiln generate")
       ->default_val("graph-loop");
   cmd->add_option("--variant", f->variant, "a diffusers folder's weights variant, e.g. fp16");
+  cmd->add_option("--lora", f->loras,
+                  "FILE[:WEIGHT]: a LoRA merged into every image checkpoint served, as for kiln generate; give it "
+                  "again for more")
+      ->allow_extra_args(false);
   add_pass_flags(cmd, f->pass_flags);
   cmd->add_flag("-q,--quiet", f->quiet, "print nothing but the address and errors");
   return [f] { return serve_command(*f); };

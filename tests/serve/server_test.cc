@@ -455,6 +455,24 @@ TEST(ServeAlone, TheModelCacheKeepsToItsMemoryBound) {
   EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
 }
 
+// --lora: the served checkpoint's image is kiln generate's with the same LoRA.
+TEST(ServeAlone, LorasAreMergedIntoTheServedCheckpoint) {
+  const std::string dir = KILN_SOURCE_DIR "/tests/models/sd-checkpoints";
+  const std::string model = dir + "/sd1.safetensors", lora = dir + "/lora-sd1-kohya.safetensors:0.7";
+  ServeProcess server({"--model", model, "--lora", lora});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client c = server.client();
+  const json r = post_json(c, "/v1/images/generations",
+                           {{"prompt", "a red circle"}, {"steps", 3}, {"seed", 4}, {"size", "32x32"}}, 200);
+  const RgbImage served = b64_pixels(r["data"][0]["b64_json"]);
+  expect_same_pixels(served, generate_pixels(fmt::format(
+                                 "--model {} --lora {} --prompt 'a red circle' --steps 3 --seed 4 --width 32 --height 32",
+                                 model, lora)));
+  const RgbImage plain =
+      generate_pixels(fmt::format("--model {} --prompt 'a red circle' --steps 3 --seed 4 --width 32 --height 32", model));
+  EXPECT_NE(served.rgb, plain.rgb);
+}
+
 TEST(ServeAlone, TheApiKeyIsRequired) {
   ServeProcess server({"--api-key", "s3cret"});
   ASSERT_GT(server.port(), 0);
