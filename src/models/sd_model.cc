@@ -128,6 +128,12 @@ Status open_folder(SdModel& m, const SdModelOptions& options) {
   KILN_ASSIGN_OR_RETURN(nlohmann::json index, read_json_file((dir / "model_index.json").string(), size_t(1) << 20, false));
   if (index.contains("text_encoder_2") && !fs::is_directory(dir / "text_encoder_2"))
     return not_found("{}: model_index.json names text_encoder_2, which the folder lacks", m.path);
+  m.zero_empty_negative = true;  // diffusers' default; SDXL is the only family that reads it
+  if (auto it = index.find("force_zeros_for_empty_prompt"); it != index.end()) {
+    if (!it->is_boolean())
+      return invalid_argument("{}/model_index.json: \"force_zeros_for_empty_prompt\" must be true or false", m.path);
+    m.zero_empty_negative = it->get<bool>();
+  }
   KILN_ASSIGN_OR_RETURN(ComponentWeights unet, read_diffusers_component(m.path, "unet", "diffusion_pytorch_model",
                                                                         options.variant));
   m.variant = unet.variant;
@@ -298,6 +304,7 @@ Status configure(SdModel& model, const ComponentConfigs& configs) {
                        "models, not the refiner yet",
                        path);
   m->family = xl ? SdFamily::kSdxl : m->unet_config.linear_projection ? SdFamily::kSd2 : SdFamily::kSd1;
+  m->zero_empty_negative = xl && (single || m->zero_empty_negative);
   m->has_text_encoder = !m->text_encoder.empty();
   m->has_text_encoder_2 = !m->text_encoder_2.empty();
   const bool open_clip_layout = single && m->text_encoder.contains("text_projection");

@@ -50,6 +50,9 @@ struct SdModel {
   // A folder's tokenizer/, tokenizer_2/ and scheduler/scheduler_config.json;
   // empty for a single file, which holds none of them.
   std::string tokenizer_dir, tokenizer_2_dir, scheduler_config_path;
+  // SDXL: an empty negative prompt as zeros (model_index.json's
+  // force_zeros_for_empty_prompt; true for SDXL where it is not said).
+  bool zero_empty_negative = false;
   std::vector<std::string> files;           // the weight files read
   std::vector<std::string> ignored_keys;    // keys that are no weights: EMA copies, schedule buffers, position ids
   std::vector<std::string> unclaimed_keys;  // keys no network here reads

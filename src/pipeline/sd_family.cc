@@ -266,7 +266,7 @@ Result<PipelineParts> checkpoint_parts(const std::string& path, const PipelineOp
                                    m->text_encoder_2));
   }
   parts.conditioner = std::make_unique<Conditioner>(std::move(towers), path + ": text encoder",
-                                                    Conditioner::Options{.zero_empty_negative = xl});
+                                                    Conditioner::Options{.zero_empty_negative = m->zero_empty_negative});
   parts.size_conditioning = xl;
   parts.guidance_embedding_dim = m->unet_config.time_cond_proj_dim;
 

@@ -8,8 +8,13 @@
 // kiln looks for it, or one line naming what is missing.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "reference_cases.h"
 
@@ -107,6 +112,36 @@ TEST(CheckpointForms, ReleasingStagesChangesNothing) {
     EXPECT_EQ(kept->pixels, freed->pixels);
     EXPECT_EQ(kept->pixels, again->pixels);
   }
+}
+
+// SDXL's empty negative prompt is zeros unless model_index.json says
+// force_zeros_for_empty_prompt: false; then it is the encoding of "", which
+// is the encoding of " " (the tokenizer drops the whitespace): the same
+// pixels as " " with the zeros rule on, and other pixels than "" with it.
+TEST(CheckpointForms, SdxlFolderSaysWhetherAnEmptyNegativeIsZeros) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-force-zeros-{}", getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(kCheckpoints / "sdxl-diffusers"))
+    if (entry.path().filename() != "model_index.json") fs::create_directory_symlink(entry.path(), dir / entry.path().filename());
+  {
+    std::ifstream in(kCheckpoints / "sdxl-diffusers" / "model_index.json");
+    nlohmann::json index = nlohmann::json::parse(in);
+    index["force_zeros_for_empty_prompt"] = false;
+    std::ofstream(dir / "model_index.json") << index.dump();
+  }
+  auto generate = [](const fs::path& model, const char* negative) {
+    auto pipe = Pipeline::load(model.string(), {});
+    EXPECT_TRUE(pipe.ok()) << pipe.status().message();
+    auto g = (*pipe)->generate({.prompt = "a red circle", .negative_prompt = negative, .steps = 3, .seed = 9,
+                                .width = 32, .height = 32});
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    return g->pixels;
+  };
+  const std::vector<uint8_t> encoded = generate(dir, "");
+  EXPECT_EQ(encoded, generate(kCheckpoints / "sdxl-diffusers", " "));
+  EXPECT_NE(encoded, generate(kCheckpoints / "sdxl-diffusers", ""));
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointForms, PredictionTypeCanBeOverridden) {
