@@ -23,6 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kiln::SdModel& m = **model;
   kiln::fuzz::check_status(kiln::sd_unet_graph(m.unet_config, m.unet).status());
   if (m.has_text_encoder) kiln::fuzz::check_status(kiln::clip_text_graph(m.text_config, m.text_encoder).status());
+  if (m.has_text_encoder_2)  // SDXL's second, with its pooled output
+    kiln::fuzz::check_status(kiln::clip_text_graph(m.text_config_2, m.text_encoder_2).status());
   if (m.has_vae) {
     kiln::fuzz::check_status(kiln::vae_decoder_graph(m.vae_config, m.vae).status());
     kiln::fuzz::check_status(kiln::vae_encoder_graph(m.vae_config, m.vae).status());

@@ -181,6 +181,7 @@ Result<LoraReport> apply_lora(const LoraSpec& spec, std::span<const LoraTarget> 
         return invalid_argument("{}: alpha must be one number, got {} {}", where, dtype_name(m.alpha->dtype()),
                                 shape_to_string(m.alpha->shape()));
       alpha = m.alpha->element_as_double(0);
+      if (!std::isfinite(alpha)) return invalid_argument("{}: alpha is not a finite number", where);
     }
     const Tensor* w = target->weights->find(hit->second);
     // Checked at weight 0 too: a LoRA that does not fit is an error however little of it is asked for.
