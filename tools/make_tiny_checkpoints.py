@@ -1607,19 +1607,37 @@ def write_sdxl_folder(folder, fam, sources, text_jsons, tokenizer_dirs):
         write_safetensors(os.path.join(folder, component, stem + ".safetensors"), entries_of(source, "F16"))
 
 
-def make_tiny_sdxl(out, stats):
-    fam = dict(SDXL)
-    dirs = {"text_encoder": os.path.join(out, "sdxl-tokenizer"), "text_encoder_2": os.path.join(out, "sdxl-tokenizer-2")}
-    clip_bpe.write_tokenizer_dir(dirs["text_encoder"], pad_token=clip_bpe.EOS)
-    clip_bpe.write_tokenizer_dir(dirs["text_encoder_2"], pad_token="!")
-    tokenizers = [clip_bpe.ClipTokenizer(dirs[c]) for c in ("text_encoder", "text_encoder_2")]
+SDXL_TOKENIZER_DIRS = {"text_encoder": "sdxl-tokenizer", "text_encoder_2": "sdxl-tokenizer-2"}
+
+
+def tiny_sdxl(out):
+    """(family with the tokenizers' vocabulary, tokenizers, text, text_2,
+    unet): the tiny SDXL's networks, its tokenizers read from `out`."""
+    fam = dict(SDXL, name="sdxl")
+    tokenizers = [clip_bpe.ClipTokenizer(os.path.join(out, d)) for d in SDXL_TOKENIZER_DIRS.values()]
     vocab = len(tokenizers[0].encoder)
     fam["text"], fam["text_2"] = dict(fam["text"], vocab_size=vocab), dict(fam["text_2"], vocab_size=vocab)
-    text = build_component(dict(fam, name="sdxl"), "text_encoder")[0]
-    text_2 = build_component(dict(fam, name="sdxl", text=fam["text_2"]), "text_encoder")[0]
+    text = build_component(fam, "text_encoder")[0]
+    text_2 = build_component(dict(fam, text=fam["text_2"]), "text_encoder")[0]
     fill_params(text_2, "sdxl/text_encoder_2", init_rules(text_2))
-    unet = build_component(dict(fam, name="sdxl"), "unet")[0]
-    vae = build_component(dict(fam, name="sdxl"), "vae")[0]
+    return fam, tokenizers, text, text_2, build_component(fam, "unet")[0]
+
+
+def tiny_sd1(out):
+    """sd1's family with its tokenizer's vocabulary, and the tokenizer."""
+    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sd1-tokenizer"))
+    fam = dict(FAMILIES["sd1"], name="sd1")
+    fam["text"] = dict(fam["text"], vocab_size=len(tokenizer.encoder))
+    return fam, tokenizer
+
+
+def make_tiny_sdxl(out, stats):
+    dirs = {c: os.path.join(out, d) for c, d in SDXL_TOKENIZER_DIRS.items()}
+    clip_bpe.write_tokenizer_dir(dirs["text_encoder"], pad_token=clip_bpe.EOS)
+    clip_bpe.write_tokenizer_dir(dirs["text_encoder_2"], pad_token="!")
+    fam, tokenizers, text, text_2, unet = tiny_sdxl(out)
+    vocab = len(tokenizers[0].encoder)
+    vae = build_component(fam, "vae")[0]
     counts = {"text_encoder": param_count(text), "text_encoder_2": param_count(text_2), "unet": param_count(unet),
               "vae": param_count(vae)}
     print("== sdxl: vocab {}, params {}".format(vocab, ", ".join(f"{k} {v}" for k, v in counts.items())))
@@ -1700,9 +1718,7 @@ def guidance_embedding(w, dim):
 
 
 def make_tiny_lcm(out, stats):
-    sd1 = dict(FAMILIES["sd1"], name="sd1")
-    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sd1-tokenizer"))
-    sd1["text"] = dict(sd1["text"], vocab_size=len(tokenizer.encoder))
+    sd1, tokenizer = tiny_sd1(out)
     fam = dict(sd1, name="lcm", unet=dict(sd1["unet"], time_cond_proj_dim=LCM_COND_DIM), scheduler=LCM_SCHEDULER)
     text, vae = build_component(sd1, "text_encoder")[0], build_component(sd1, "vae")[0]
     unet = build_component(fam, "unet")[0]
@@ -1776,9 +1792,7 @@ def lora_delta(down, up):
 
 
 def make_tiny_loras(out, stats):
-    fam = dict(FAMILIES["sd1"], name="sd1")
-    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sd1-tokenizer"))
-    fam["text"] = dict(fam["text"], vocab_size=len(tokenizer.encoder))
+    fam, _ = tiny_sd1(out)
     models = {"unet": build_component(fam, "unet")[0], "text_encoder": build_component(fam, "text_encoder")[0]}
     kohya, kohya_ldm, peft = {}, {}, {}
     for component, modules in LORA_MODULES.items():
@@ -1842,14 +1856,7 @@ def openclip_param(text_2, module):
 
 
 def make_sdxl_lora(out):
-    fam = dict(SDXL)
-    tokenizer = clip_bpe.ClipTokenizer(os.path.join(out, "sdxl-tokenizer"))
-    vocab = len(tokenizer.encoder)
-    fam["text"], fam["text_2"] = dict(fam["text"], vocab_size=vocab), dict(fam["text_2"], vocab_size=vocab)
-    text = build_component(dict(fam, name="sdxl"), "text_encoder")[0]
-    text_2 = build_component(dict(fam, name="sdxl", text=fam["text_2"]), "text_encoder")[0]
-    fill_params(text_2, "sdxl/text_encoder_2", init_rules(text_2))
-    unet = build_component(dict(fam, name="sdxl"), "unet")[0]
+    fam, _, text, text_2, unet = tiny_sdxl(out)
     kohya = {}
     prefixes = {"unet": "lora_unet_", "text_encoder": "lora_te1_", "text_encoder_2": "lora_te2_"}
     for component, modules in SDXL_LORA_MODULES.items():

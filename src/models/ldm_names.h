@@ -42,7 +42,8 @@ std::optional<std::string> unet_name_from_ldm(std::string_view key, const LdmUne
 // The LDM key of diffusers UNet weight `name` (unet_name_from_ldm's
 // inverse; without "model.diffusion_model."): what kohya's SDXL LoRAs name
 // their modules by. `up_attends[i]`: whether up_blocks.i has attentions (its
-// upsampler then follows them, slot 2); `mid_attends`, the middle block's.
+// upsampler then follows them, slot 2); layout.middle_blocks places the
+// middle block's second resnet.
 // nullopt for a name that is no UNet weight's.
 std::optional<std::string> ldm_name_from_unet(std::string_view name, const LdmUnetLayout& layout,
                                               const std::vector<bool>& up_attends);

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "kernels/cpu/widen.h"
 #include "safetensors/safetensors.h"
 
 namespace kiln {
@@ -74,12 +75,6 @@ std::map<std::string, std::string> module_index(const LoraTarget& target) {
   return index;
 }
 
-std::vector<float> as_floats(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = static_cast<float>(t.element_as_double(i));
-  return v;
-}
-
 // Whether m's up and down make w's shape (a conv's [out, in, kh, kw] from
 // down [r, in, kh, kw] and up [out, r, 1, 1]); the error names `where`.
 Status check_fit(const Tensor& w, const Module& m, const std::string& where) {
@@ -89,9 +84,10 @@ Status check_fit(const Tensor& w, const Module& m, const std::string& where) {
       out * (down.numel() / rank) != w.numel() || down.numel() % rank)
     return invalid_argument("{}: up {} and down {} do not make the weight's {} (a LoRA for another model?)", where,
                             shape_to_string(up.shape()), shape_to_string(down.shape()), shape_to_string(w.shape()));
-  if (!dtype_is_float(w.dtype()) || !dtype_is_float(down.dtype()) || !dtype_is_float(up.dtype()))
-    return invalid_argument("{}: a LoRA of {} onto {} weights; kiln merges floating-point ones", where,
-                            dtype_name(down.dtype()), dtype_name(w.dtype()));
+  for (DType d : {w.dtype(), down.dtype(), up.dtype()})
+    if (d != DType::kF32 && d != DType::kF16 && d != DType::kBF16)
+      return invalid_argument("{}: a LoRA of {} onto {} weights; kiln merges f32, f16 and bf16 ones", where,
+                              dtype_name(down.dtype()), dtype_name(w.dtype()));
   return ok_status();
 }
 
@@ -99,24 +95,24 @@ Status check_fit(const Tensor& w, const Module& m, const std::string& where) {
 Result<Tensor> merged(const Tensor& w, const Module& m, double scale) {
   const Tensor &down = *m.down, &up = *m.up;
   const int64_t out = w.shape()[0], rank = down.shape()[0], inner = down.numel() / rank;
-  std::vector<float> result = as_floats(w);
-  const std::vector<float> d = as_floats(down), u = as_floats(up);
+  KILN_ASSIGN_OR_RETURN(Tensor sum, widened_to_f32(w.view()));
+  KILN_ASSIGN_OR_RETURN(const Tensor down_f32, widened_to_f32(down.view()));
+  KILN_ASSIGN_OR_RETURN(const Tensor up_f32, widened_to_f32(up.view()));
+  const float *d = down_f32.data<float>(), *u = up_f32.data<float>();
   for (int64_t o = 0; o < out; ++o) {
-    float* row = result.data() + o * inner;
+    float* row = sum.data<float>() + o * inner;
     for (int64_t r = 0; r < rank; ++r) {
-      const float a = static_cast<float>(scale * u[size_t(o * rank + r)]);
-      const float* dr = d.data() + r * inner;
+      const float a = static_cast<float>(scale * u[o * rank + r]);
+      const float* dr = d + r * inner;
       for (int64_t k = 0; k < inner; ++k) row[k] += a * dr[k];
     }
   }
+  if (w.dtype() == DType::kF32) return sum;
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(w.dtype(), w.shape()));
-  for (size_t i = 0; i < result.size(); ++i) {
-    switch (w.dtype()) {
-      case DType::kF16: t.data<f16>()[i] = f32_to_f16(result[i]); break;
-      case DType::kBF16: t.data<bf16>()[i] = f32_to_bf16(result[i]); break;
-      case DType::kF64: t.data<double>()[i] = result[i]; break;
-      default: t.data<float>()[i] = result[i]; break;
-    }
+  const float* f = sum.data<float>();
+  for (int64_t i = 0; i < sum.numel(); ++i) {
+    if (w.dtype() == DType::kF16) t.data<f16>()[i] = f32_to_f16(f[i]);
+    else t.data<bf16>()[i] = f32_to_bf16(f[i]);
   }
   return t;
 }
