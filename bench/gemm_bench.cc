@@ -58,15 +58,16 @@ void BM_kiln(benchmark::State& state) {
 void BM_kiln_bf16(benchmark::State& state) {
   const Shape3 s = shape_of(state);
   const int64_t depth = kiln::gemm::bf16_depth(s.k);
+  const int64_t lda = kiln::gemm::bf16_row_stride(s.k);  // as kiln rounds a model's A
   const std::vector<float> x = random_floats(size_t(s.m * s.k), 1), w = random_floats(size_t(s.k * s.n), 2);
-  std::vector<kiln::bf16> x16(size_t(s.m * depth), kiln::bf16{0});
+  std::vector<kiln::bf16> x16(size_t(s.m * lda), kiln::bf16{0});
   for (int64_t i = 0; i < s.m; ++i)
-    for (int64_t t = 0; t < s.k; ++t) x16[size_t(i * depth + t)] = kiln::f32_to_bf16(x[size_t(i * s.k + t)]);
+    for (int64_t t = 0; t < s.k; ++t) x16[size_t(i * lda + t)] = kiln::f32_to_bf16(x[size_t(i * s.k + t)]);
   std::vector<float> y(size_t(s.m * s.n));
   std::vector<kiln::bf16> packed(size_t(kiln::gemm::packed_bf16_count(s.k, s.n)));
   kiln::gemm::pack_bf16(w.data(), s.n, 1, s.k, s.n, packed.data());
   for (auto _ : state) {
-    kiln::gemm::multiply(kiln::gemm::Bf16Problem{s.m, s.n, depth, x16.data(), depth, packed.data(), y.data(), s.n},
+    kiln::gemm::multiply(kiln::gemm::Bf16Problem{s.m, s.n, depth, x16.data(), lda, packed.data(), y.data(), s.n},
                          {}, true);
     benchmark::DoNotOptimize(y.data());
   }
@@ -150,13 +151,16 @@ void BM_onednn(benchmark::State& state, dnnl::memory::data_type dt) {
 // and GEGLU's), its keys from the text (77 tokens x 2, width 768), its 8x8
 // level's projections (one; Q, K and V as one; GEGLU's in and out), its
 // 16x16 level's GEGLU in, and a 3x3 conv's product at 4x4 (the batch's 32
-// pixels against 1280 channels' patches). Each shape runs kiln then oneDNN,
-// next to each other.
+// pixels against 1280 channels' patches); last Wan2.2 TI2V-5B's transformer
+// at 17 x 256 x 256 (320 tokens x batch 2, hidden 3072: a projection, the
+// FFN's in and out) and a projection at 33 x 480 x 832 (3510 tokens x 2).
+// Each shape runs kiln then oneDNN, next to each other.
 const Shape3 kShapes[] = {{32, 64, 64},       {32, 256, 64},      {128, 128, 128},  {256, 320, 320},
                           {512, 384, 384},    {512, 1536, 384},   {512, 384, 1536}, {2048, 1152, 1152},
                           {2048, 4608, 1152}, {2048, 1152, 4608}, {2048, 320, 320}, {2048, 2560, 320},
                           {154, 320, 768},    {128, 1280, 1280}, {128, 3840, 1280}, {128, 10240, 1280},
-                          {128, 1280, 5120}, {512, 5120, 640},  {32, 1280, 11520}};
+                          {128, 1280, 5120}, {512, 5120, 640},  {32, 1280, 11520}, {640, 3072, 3072},
+                          {640, 14336, 3072}, {640, 3072, 14336}, {7020, 3072, 3072}};
 
 }  // namespace
 

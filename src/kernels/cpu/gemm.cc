@@ -70,6 +70,10 @@ constexpr int64_t kPanel = 2 * kLanes;
 // must fit the register file (32 vectors with AVX-512, else 16).
 constexpr int kRows = HWY_TARGET <= HWY_AVX3 ? 12 : 6;
 constexpr int64_t kBlockRows = 96, kSliceDepth = 1152;  // see the top of the file
+// AMX tiles' slices of K (bf16 values): a slice's end stores the tiles'
+// sums to C and the next slice's start loads them again, which cost more
+// than A's and B's slices held in L1 or L2 saved (docs/performance.md#gemm-amx).
+constexpr int64_t kAmxSliceDepth = 4096;
 
 // A tile's share of the next panel's slice, in bytes per row of K, when a
 // block's tiles prefetch it in equal parts (see Pass); one line every
@@ -255,8 +259,13 @@ void TileBf16(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT 
 // 16-31), fed per 32 of K by A's rows (tmm4-5: 16 rows x 32 bf16 each) and
 // the panel's (tmm6-7: 16 pairs of K's rows x 16 columns, the pairs
 // interleaved as pack_bf16 lays them out, which is AMX's own B layout), so
-// packed B and rounded A serve both kinds of products. The configuration is
-// loaded at each tile (oneDNN's kernels, on the same threads, load their own).
+// packed B and rounded A serve both kinds of products. A pass loads the
+// configuration once (ConfigureAmx; again only for a last tile of fewer
+// rows), not at every tile: oneDNN's kernels, on the same threads, load
+// their own. A tile whose sums start from zero zeroes its accumulators
+// instead of loading C, and each step loads an operand just before its
+// first product. Those three took the products at 512 x 384 x 384 on one
+// core from 640 to 1208 GFLOP/s (docs/performance.md#gemm-amx).
 #pragma GCC push_options
 #pragma GCC target("avx512bf16,amx-tile,amx-bf16")
 constexpr int64_t kAmxRows = 32, kAmxDepth = 32;
@@ -269,6 +278,20 @@ struct alignas(64) AmxConfig {
   uint8_t rows[16] = {};
 };
 
+// Loads the tile configuration for TileAmx over `rows` rows.
+void ConfigureAmx(int64_t rows) {
+  const int64_t rows0 = std::min<int64_t>(rows, 16), rows1 = rows - rows0;
+  AmxConfig config;
+  for (int t : {0, 1, 4}) config.rows[t] = uint8_t(rows0), config.colsb[t] = 64;
+  if (rows1 > 0)
+    for (int t : {2, 3, 5}) config.rows[t] = uint8_t(rows1), config.colsb[t] = 64;
+  for (int t : {6, 7}) config.rows[t] = 16, config.colsb[t] = 64;
+  // GCC 12 takes ldtilecfg to read the first bytes alone and drops the
+  // stores of the rows and widths: this barrier keeps them.
+  asm volatile("" : : "r"(&config) : "memory");
+  _tile_loadconfig(&config);
+}
+
 // C rows [0, rows) of a panel (c, ldc floats a row) += A (rows x depth bf16,
 // lda apart) x the panel's K rows (b, depth even). Unless `load`, C starts
 // from the bias (col_bias[j] + row_bias[i], either null) instead of its contents.
@@ -277,32 +300,40 @@ void TileAmx(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b
              int64_t ldc, int64_t rows, bool load, const float* col_bias, const float* row_bias) {
   static_assert(kPanel == 32, "an AMX tile pair covers 32 columns");
   const int64_t rows0 = std::min<int64_t>(rows, 16), rows1 = rows - rows0;
-  if (!load)
+  const bool biased = col_bias || row_bias;
+  if (!load && biased)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < kPanel; ++j)
         c[r * ldc + j] = (col_bias ? col_bias[j] : 0.0f) + (row_bias ? row_bias[r] : 0.0f);
-  AmxConfig config;
-  for (int t : {0, 1, 4}) config.rows[t] = uint8_t(rows0), config.colsb[t] = 64;
-  if (kTwoRowTiles)
-    for (int t : {2, 3, 5}) config.rows[t] = uint8_t(rows1), config.colsb[t] = 64;
-  for (int t : {6, 7}) config.rows[t] = 16, config.colsb[t] = 64;
-  _tile_loadconfig(&config);
+  (void)rows0, (void)rows1;
+  // GCC's tile loads are asm statements that name no memory they read: this
+  // barrier (and the tail's below) keep the stores of C, A and B before them.
+  asm volatile("" : : : "memory");
   const int64_t lda_bytes = lda * int64_t(sizeof(bf16)), ldc_bytes = ldc * int64_t(sizeof(float));
   constexpr int64_t kPairRow = 2 * kPanel;  // bf16 of one pair of K's rows of the panel
-  _tile_loadd(0, c, ldc_bytes);
-  _tile_loadd(1, c + 16, ldc_bytes);
-  if (kTwoRowTiles) {
-    _tile_loadd(2, c + 16 * ldc, ldc_bytes);
-    _tile_loadd(3, c + 16 * ldc + 16, ldc_bytes);
+  if (load || biased) {
+    _tile_loadd(0, c, ldc_bytes);
+    _tile_loadd(1, c + 16, ldc_bytes);
+    if (kTwoRowTiles) {
+      _tile_loadd(2, c + 16 * ldc, ldc_bytes);
+      _tile_loadd(3, c + 16 * ldc + 16, ldc_bytes);
+    }
+  } else {  // sums from zero: C is only written
+    _tile_zero(0);
+    _tile_zero(1);
+    if (kTwoRowTiles) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
   }
   auto step = [&](const bf16* a_at, int64_t a_stride, const bf16* b_at) {
     _tile_loadd(4, a_at, a_stride);
-    if (kTwoRowTiles) _tile_loadd(5, a_at + 16 * a_stride / int64_t(sizeof(bf16)), a_stride);
     _tile_loadd(6, b_at, kPairRow * int64_t(sizeof(bf16)));
-    _tile_loadd(7, b_at + kPanel, kPairRow * int64_t(sizeof(bf16)));
     _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b_at + kPanel, kPairRow * int64_t(sizeof(bf16)));
     _tile_dpbf16ps(1, 4, 7);
     if (kTwoRowTiles) {
+      _tile_loadd(5, a_at + 16 * a_stride / int64_t(sizeof(bf16)), a_stride);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -315,6 +346,7 @@ void TileAmx(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b
     HWY_ALIGN bf16 b_tail[kAmxDepth / 2 * kPairRow] = {};
     for (int64_t r = 0; r < rows; ++r) std::memcpy(a_tail + r * kAmxDepth, a + r * lda + whole, size_t(tail) * sizeof(bf16));
     std::memcpy(b_tail, b + whole / 2 * kPairRow, size_t(tail / 2 * kPairRow) * sizeof(bf16));
+    asm volatile("" : : "r"(a_tail), "r"(b_tail) : "memory");  // the copies are read by the tile loads
     step(a_tail, kAmxDepth * int64_t(sizeof(bf16)), b_tail);
   }
   _tile_stored(0, c, ldc_bytes);
@@ -443,7 +475,8 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
   const bool finish = t0 + depth >= p.k && (e.activate || e.scale || e.residual);
   const int64_t width = (p.n + kPanel - 1) / kPanel * kPanel;  // columns of packed B
   const bool whole_block = m1 - m0 == kBlockRows;                // its tiles share the prefetching
-  for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) {
+  [[maybe_unused]] int64_t configured = -1;  // the rows AMX's tiles are configured for (ConfigureAmx)
+  auto run = [&](int64_t j0, int64_t i0) {
     // Panel j0 / kPanel from row t0; gathered, columns j0 on of rows t0 on.
     const T* b = p.packed_b + j0 * p.k + t0 * kPanel;
     // With `prefetch`, the packed B read after this panel's slice: the next
@@ -463,7 +496,7 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       std::fill(edge_bias + cols, edge_bias + kPanel, 0.0f);
       col_bias = edge_bias;
     }
-    for (int64_t i0 = m0; i0 < m1; i0 += kStep) {
+    {
       const int64_t rows = std::min<int64_t>(kStep, m1 - i0), index = (i0 - m0) / kStep;
       // The tile's share of the next panel: an equal one in a whole block,
       // else half (or all) of it for each of the block's first tiles.
@@ -480,16 +513,14 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       auto tile = [&](float* sums, int64_t ld) {
 #if KILN_GEMM_BF16
         if constexpr (kAmx) {
+          if (rows != configured) ConfigureAmx(rows), configured = rows;
           if (rows > 16) return TileAmx<true>(a, p.lda, b, depth, sums, ld, rows, load, col_bias, row_bias);
           return TileAmx<false>(a, p.lda, b, depth, sums, ld, rows, load, col_bias, row_bias);
         }
 #endif
         TileFor(p, rows, cols, mode)(a, p.lda, b, b_rows, depth, sums, ld, load, col_bias, row_bias, share);
       };
-      if (cols == kPanel && !finish) {
-        tile(c, p.ldc);
-        continue;
-      }
+      if (cols == kPanel && !finish) return tile(c, p.ldc);
       // A tile cut short by C's last columns, or one with an epilogue, keeps
       // its sums in `stage` (L1), which Finish reads: C is then only
       // written, where reading the sums back from C waited for its lines
@@ -510,6 +541,13 @@ void Pass(const Product<T>& p, const Epilogue& e, int64_t m0, int64_t m1, int64_
       else
         CopyRows(stage, kPanel, c, p.ldc, rows, cols);
     }
+  };
+  if (kAmx) {  // rows outer: a tile's rows of A stay near while it passes over the panels
+    for (int64_t i0 = m0; i0 < m1; i0 += kStep)
+      for (int64_t j0 = 0; j0 < p.n; j0 += kPanel) run(j0, i0);
+  } else {
+    for (int64_t j0 = 0; j0 < p.n; j0 += kPanel)
+      for (int64_t i0 = m0; i0 < m1; i0 += kStep) run(j0, i0);
   }
 }
 
@@ -518,7 +556,7 @@ void Block(const Product<T>& p, const Epilogue& e, bool prefetch) {
   if (p.m <= 0 || p.n <= 0) return;
   // K in equal slices of at most kSliceDepth floats' bytes (a K of 1153 is
   // two of 577, not 1152 and 1), bf16 ones of even length.
-  constexpr int64_t kSteps = 4 / sizeof(T), kMaxSlice = kSliceDepth * kSteps;
+  constexpr int64_t kSteps = 4 / sizeof(T), kMaxSlice = kAmx ? kAmxSliceDepth : kSliceDepth * kSteps;
   const int64_t slices = std::max<int64_t>(1, (p.k + kMaxSlice - 1) / kMaxSlice);
   const int64_t slice =  // K = 0: one pass, the bias alone
       std::max<int64_t>(kSteps, (p.k + slices * kSteps - 1) / (slices * kSteps) * kSteps);
@@ -626,9 +664,9 @@ void PackBf16(const float* b, int64_t row_stride, int64_t col_stride, int64_t k,
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
 #endif
-void RoundRows(const float* a, int64_t lda, int64_t rows, int64_t k, int64_t depth, bf16* out) {
+void RoundRows(const float* a, int64_t lda, int64_t rows, int64_t k, int64_t depth, bf16* out, int64_t ld_out) {
   const D d;
-  for (int64_t i = 0; i < rows; ++i, a += lda, out += depth) {
+  for (int64_t i = 0; i < rows; ++i, a += lda, out += ld_out) {
     int64_t t = 0;
 #if KILN_GEMM_BF16
     for (; t + kLanes <= k; t += kLanes)
@@ -726,6 +764,21 @@ void run_block(const Bf16Problem& p, const Epilogue& e, bool prefetch) {
 // divides 12) by kTilePanels panels (split_across_threads).
 constexpr int64_t kUnit = 12, kTileUnits = 8, kTilePanels = 4, kMaxParts = 64;
 
+}  // namespace
+
+// An odd number of cache lines where rows are long, so that a tile's rows
+// fall in different L1 sets. At a whole number of 4 KiB pages (Wan's K of
+// 14336: 28 KiB) every row of an AMX tile fell in one set, more lines than
+// its ways, and each tile's loads went to L2.
+int64_t bf16_row_stride(int64_t k) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(bf16)), kPadFrom = 8 * kLine;
+  const int64_t depth = bf16_depth(k), lines = (depth + kLine - 1) / kLine;
+  if (depth < kPadFrom) return depth;
+  return (lines % 2 ? lines : lines + 1) * kLine;
+}
+
+namespace {
+
 // Where packed B is at most kRowsFirstBBytes, the threads split C by rows
 // alone: each then reads the rows of A that it wrote itself in the op
 // before (a norm, which splits rows alike, or a product so split), from its
@@ -748,7 +801,7 @@ bool splits_rows_first(int64_t n, int64_t k) {  // B k x n
 constexpr size_t kHeldBytes = 64;
 size_t rounded_slot_bytes(int64_t m, int64_t k) {
   const int64_t rows = std::min(kTileUnits * kUnit, m);  // a tile's at most
-  return thread_slot_bytes(kHeldBytes + size_t(rows * bf16_depth(k)) * sizeof(bf16));
+  return thread_slot_bytes(kHeldBytes + size_t(rows * bf16_row_stride(k)) * sizeof(bf16));
 }
 
 // Rows [i0, i0 + rows) of A rounded into slot `slot`, unless it holds them
@@ -758,7 +811,7 @@ const bf16* rounded_rows(const F32Rows& a, int64_t m, int64_t i0, int64_t rows, 
   int64_t* held = reinterpret_cast<int64_t*>(base);
   bf16* out = reinterpret_cast<bf16*>(base + kHeldBytes);
   if (held[0] != i0 || held[1] != rows) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + i0 * a.lda, a.lda, rows, a.k, bf16_depth(a.k), out);
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + i0 * a.lda, a.lda, rows, a.k, bf16_depth(a.k), out, bf16_row_stride(a.k));
     held[0] = i0, held[1] = rows;
   }
   return out;
@@ -816,7 +869,7 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
     if constexpr (std::is_same_v<T, bf16>)
       if (f32_rows) {
         q.a = rounded_rows(*f32_rows, p.m, i0, q.m, team > 1 ? omp_get_thread_num() : 0);
-        q.lda = p.k;
+        q.lda = bf16_row_stride(f32_rows->k);
       }
     if (!f32_rows) q.a += i0 * p.lda;
     q.packed_b += p.b_rows ? j0 : j0 * p.k;
@@ -858,22 +911,25 @@ void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel) { split_ac
 void round_rows(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, bool parallel) {
   const int64_t depth = bf16_depth(k);
   parallel_ranges(rows, parallel && rows * k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)(a + begin * lda, lda, end - begin, k, depth, out + begin * depth);
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a + begin * lda, lda, end - begin, k, depth, out + begin * depth, depth);
   });
 }
 
 size_t f32_rows_scratch(int64_t m, int64_t n, int64_t k, int threads) {
   if (splits_rows_first<bf16>(n, bf16_depth(k))) return size_t(threads) * rounded_slot_bytes(m, k);
-  return size_t(m * bf16_depth(k)) * sizeof(bf16);
+  return size_t(m * bf16_row_stride(k)) * sizeof(bf16);
 }
 
 void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool parallel) {
   assert(p.k == bf16_depth(a.k));
   if (splits_rows_first<bf16>(p.n, p.k)) return split_across_threads(p, e, parallel, &a);
   bf16* rounded = static_cast<bf16*>(a.scratch);
-  round_rows(a.a, a.lda, p.m, a.k, rounded, parallel);
+  const int64_t stride = bf16_row_stride(a.k);
+  parallel_ranges(p.m, parallel && p.m * a.k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * stride, stride);
+  });
   Bf16Problem q = p;
-  q.a = rounded, q.lda = p.k;
+  q.a = rounded, q.lda = stride;
   split_across_threads(q, e, parallel);
 }
 

@@ -53,6 +53,10 @@ bool has_bf16_products();
 bool has_amx_products();
 // K rounded up to even: the depth of a bf16 product and of its A's rows.
 inline int64_t bf16_depth(int64_t k) { return (k + 1) / 2 * 2; }
+// The row stride (in bf16 values) that multiply() with F32Rows rounds A's
+// rows to: at least bf16_depth(k), padded where rows are long so that the
+// rows of a tile do not share L1 sets. A bf16 A given with it runs fastest.
+int64_t bf16_row_stride(int64_t k);
 // bf16 values that pack_bf16() writes for a k x n operand.
 int64_t packed_bf16_count(int64_t k, int64_t n);
 // pack() for bf16 products: B times `scale`, rounded to bf16 (to nearest
