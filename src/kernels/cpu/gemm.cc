@@ -823,9 +823,10 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
   // every target's tile divides, by one panel), picking the grid whose
   // largest part is smallest; among equals, the one that splits the columns
   // most, so that each thread streams its own share of B (a weight). Each
-  // thread then walks its part in tiles of up to 96 rows by 4 panels, whose
-  // rows of A stay in L2 while it passes over their columns, and helps with
-  // the others' tiles when done (ShareQueue). (Handing out tiles statically
+  // thread then walks its part in tiles of up to 96 rows by 4 panels, rows
+  // outer (a tile's rows of A stay in L2 while it passes over their
+  // columns) unless B is large (below), and helps with the others' tiles
+  // when done (ShareQueue). (Handing out tiles statically
   // instead left whole tiles to one thread, and small products lost most of
   // the second thread's gain: docs/performance.md#gemm-threads.) Where B is
   // small, rows alone split (kRowsFirstBBytes).
@@ -859,9 +860,20 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
     q.col_tiles = parts(q.c1 - q.c0, kTilePanels);
     return q;
   };
-  // Tile `index` of a part, rows outer (see above).
+  // Where B is a large packed weight (the columns split) of AMX products, a
+  // thread's tiles go columns outer: each of its panels then comes from
+  // DRAM once, and the next tiles down find it in L2 or L3, where rows
+  // outer read the whole of its share of B again for every 96 rows. A, the
+  // smaller operand, is read again instead. Wan2.2's transformer (10 GB of
+  // weights, 640 rows a product) took 0.76x the time a step
+  // (docs/performance.md#gemm-amx). Measured on AMX only, so only there.
+  const bool cols_outer =
+      std::is_same_v<T, bf16> && has_amx_products() && !p.b_rows && !f32_rows && !splits_rows_first<T>(p.n, p.k);
+  // Tile `index` of a part, rows or columns outer (see above).
   auto run_tile = [&](const Part& part, int64_t index) {
-    const int64_t u = part.u0 + index / part.col_tiles * kTileUnits, c = part.c0 + index % part.col_tiles * kTilePanels;
+    const int64_t row_tiles = parts(part.u1 - part.u0, kTileUnits);
+    const int64_t u = part.u0 + (cols_outer ? index % row_tiles : index / part.col_tiles) * kTileUnits;
+    const int64_t c = part.c0 + (cols_outer ? index / row_tiles : index % part.col_tiles) * kTilePanels;
     const int64_t i0 = u * kUnit, j0 = c * w;
     Product<T> q = p;
     q.m = std::min(std::min(u + kTileUnits, part.u1) * kUnit, p.m) - i0;
