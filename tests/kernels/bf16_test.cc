@@ -77,6 +77,12 @@ std::vector<OpCase> cases(bool bf16, bool exact) {
       // a pass before the products (below, each thread rounds its rows).
       {"Linear, weight past 2.5 MiB (A rounded first)", OpKind::kLinear, a({}),
        {x({30, 1301}), x({1301, 1040}), f32({1040})}},
+      // With AMX, a K past 4096 (two slices) and a weight past 2.5 MiB: each
+      // thread's tiles are whole columns of its rows (130: two blocks of 96
+      // and a last short AMX tile), walked a slice at a time; with the
+      // gated residual's epilogue on the last slice.
+      {"Linear, K past two AMX slices, whole columns + gated residual", OpKind::kLinear, a({}),
+       {x({2, 65, 4610}), x({4610, 330}), f32({330}), f32({2, 65, 330}), f32({2, 1, 330})}},
       {"Linear gated (DiT's adaLN-Zero) + residual", OpKind::kLinear, a({}),
        {x({2, 24, 40}), x({40, 36}), f32({36}), f32({2, 24, 36}), f32({2, 1, 36})}},
       // Convs with at least 32 output channels per group (fewer run in f32).

@@ -560,9 +560,16 @@ void Block(const Product<T>& p, const Epilogue& e, bool prefetch) {
   const int64_t slices = std::max<int64_t>(1, (p.k + kMaxSlice - 1) / kMaxSlice);
   const int64_t slice =  // K = 0: one pass, the bias alone
       std::max<int64_t>(kSteps, (p.k + slices * kSteps - 1) / (slices * kSteps) * kSteps);
-  for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows)
+  auto pass = [&](int64_t m0, int64_t t0) {
+    Pass<T, kAmx>(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0), prefetch);
+  };
+  if (kAmx) {  // slices outer: a slice of B's panels stays in L2 for every block of rows (split_across_threads)
     for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += slice)
-      Pass<T, kAmx>(p, e, m0, std::min(p.m, m0 + kBlockRows), t0, std::min(slice, p.k - t0), prefetch);
+      for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows) pass(m0, t0);
+  } else {
+    for (int64_t m0 = 0; m0 < p.m; m0 += kBlockRows)
+      for (int64_t t0 = 0; t0 < p.k || t0 == 0; t0 += slice) pass(m0, t0);
+  }
 }
 
 void BlockF32(const Problem& p, const Epilogue& e, bool prefetch) { Block(p, e, prefetch); }
@@ -861,22 +868,27 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
     return q;
   };
   // Where B is a large packed weight (the columns split) of AMX products, a
-  // thread's tiles go columns outer: each of its panels then comes from
-  // DRAM once, and the next tiles down find it in L2 or L3, where rows
-  // outer read the whole of its share of B again for every 96 rows. A, the
-  // smaller operand, is read again instead. Wan2.2's transformer (10 GB of
-  // weights, 640 rows a product) took 0.76x the time a step
+  // thread's tiles go columns outer: each panel of B then comes from DRAM
+  // once and stays in L2 (or L3) while the tiles below pass over it, where
+  // rows outer read the thread's whole share of B again for every 96 rows.
+  // A, the smaller operand, is read again instead. Wan2.2's transformer (10
+  // GB of weights, 640 rows a product) took 0.76x the time a step
   // (docs/performance.md#gemm-amx). Measured on AMX only, so only there.
   const bool cols_outer =
       std::is_same_v<T, bf16> && has_amx_products() && !p.b_rows && !f32_rows && !splits_rows_first<T>(p.n, p.k);
+  // Whole columns only where a tile's panels are more than L2 holds beside
+  // A's rows (Wan's K of 14336): smaller tiles share the work out more evenly.
+  constexpr int64_t kWholeColumnBytes = int64_t(1) << 20;
+  const bool whole_columns = cols_outer && p.k * w * kTilePanels * int64_t(sizeof(T)) > kWholeColumnBytes;
   // Tile `index` of a part, rows or columns outer (see above).
   auto run_tile = [&](const Part& part, int64_t index) {
     const int64_t row_tiles = parts(part.u1 - part.u0, kTileUnits);
-    const int64_t u = part.u0 + (cols_outer ? index % row_tiles : index / part.col_tiles) * kTileUnits;
-    const int64_t c = part.c0 + (cols_outer ? index / row_tiles : index % part.col_tiles) * kTilePanels;
+    const int64_t u = whole_columns ? part.u0
+                      : part.u0 + (cols_outer ? index % row_tiles : index / part.col_tiles) * kTileUnits;
+    const int64_t c = part.c0 + (whole_columns ? index : cols_outer ? index / row_tiles : index % part.col_tiles) * kTilePanels;
     const int64_t i0 = u * kUnit, j0 = c * w;
     Product<T> q = p;
-    q.m = std::min(std::min(u + kTileUnits, part.u1) * kUnit, p.m) - i0;
+    q.m = std::min((whole_columns ? part.u1 : std::min(u + kTileUnits, part.u1)) * kUnit, p.m) - i0;
     q.n = std::min(std::min(c + kTilePanels, part.c1) * w, p.n) - j0;
     if constexpr (std::is_same_v<T, bf16>)
       if (f32_rows) {
@@ -892,7 +904,9 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
     if (e.residual) f.residual += i0 * p.ldc + j0;
     run_block(q, f, prefetch);
   };
-  auto tiles_in = [&](const Part& part) { return parts(part.u1 - part.u0, kTileUnits) * part.col_tiles; };
+  auto tiles_in = [&](const Part& part) {
+    return whole_columns ? part.col_tiles : parts(part.u1 - part.u0, kTileUnits) * part.col_tiles;
+  };
   if (f32_rows)  // the slots' rows are left from an earlier product (or are none)
     for (int slot = 0, slots = team > 1 ? omp_get_max_threads() : 1; slot < slots; ++slot) {
       int64_t* held = reinterpret_cast<int64_t*>(static_cast<char*>(f32_rows->scratch) +
