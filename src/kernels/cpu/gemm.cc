@@ -299,13 +299,11 @@ template <bool kTwoRowTiles>
 void TileAmx(const bf16* HWY_RESTRICT a, int64_t lda, const bf16* HWY_RESTRICT b, int64_t depth, float* c,
              int64_t ldc, int64_t rows, bool load, const float* col_bias, const float* row_bias) {
   static_assert(kPanel == 32, "an AMX tile pair covers 32 columns");
-  const int64_t rows0 = std::min<int64_t>(rows, 16), rows1 = rows - rows0;
   const bool biased = col_bias || row_bias;
   if (!load && biased)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < kPanel; ++j)
         c[r * ldc + j] = (col_bias ? col_bias[j] : 0.0f) + (row_bias ? row_bias[r] : 0.0f);
-  (void)rows0, (void)rows1;
   // GCC's tile loads are asm statements that name no memory they read: this
   // barrier (and the tail's below) keep the stores of C, A and B before them.
   asm volatile("" : : : "memory");
@@ -876,8 +874,11 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
   // (docs/performance.md#gemm-amx). Measured on AMX only, so only there.
   const bool cols_outer =
       std::is_same_v<T, bf16> && has_amx_products() && !p.b_rows && !f32_rows && !splits_rows_first<T>(p.n, p.k);
-  // Whole columns only where a tile's panels are more than L2 holds beside
-  // A's rows (Wan's K of 14336): smaller tiles share the work out more evenly.
+  // Where a tile's panels are more than L2 holds beside A's rows (Wan's K of
+  // 14336), a tile is a whole column of the part, 4 panels by all its rows,
+  // which Block walks a slice of K at a time: each slice of the panels then
+  // stays in L2 for every row. Elsewhere smaller tiles share the work out
+  // more evenly.
   constexpr int64_t kWholeColumnBytes = int64_t(1) << 20;
   const bool whole_columns = cols_outer && p.k * w * kTilePanels * int64_t(sizeof(T)) > kWholeColumnBytes;
   // Tile `index` of a part, rows or columns outer (see above).
@@ -885,7 +886,8 @@ void split_across_threads(const Product<T>& p, const Epilogue& e, bool parallel,
     const int64_t row_tiles = parts(part.u1 - part.u0, kTileUnits);
     const int64_t u = whole_columns ? part.u0
                       : part.u0 + (cols_outer ? index % row_tiles : index / part.col_tiles) * kTileUnits;
-    const int64_t c = part.c0 + (whole_columns ? index : cols_outer ? index / row_tiles : index % part.col_tiles) * kTilePanels;
+    const int64_t column = whole_columns ? index : cols_outer ? index / row_tiles : index % part.col_tiles;
+    const int64_t c = part.c0 + column * kTilePanels;
     const int64_t i0 = u * kUnit, j0 = c * w;
     Product<T> q = p;
     q.m = std::min((whole_columns ? part.u1 : std::min(u + kTileUnits, part.u1)) * kUnit, p.m) - i0;
@@ -952,7 +954,8 @@ void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool pa
   bf16* rounded = static_cast<bf16*>(a.scratch);
   const int64_t stride = bf16_row_stride(a.k);
   parallel_ranges(p.m, parallel && p.m * a.k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)(a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * stride, stride);
+    HWY_DYNAMIC_DISPATCH(RoundRows)
+    (a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * stride, stride);
   });
   Bf16Problem q = p;
   q.a = rounded, q.lda = stride;
