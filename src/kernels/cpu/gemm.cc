@@ -936,11 +936,19 @@ void block(const Bf16Problem& p, const Epilogue& e) { run_block(p, e, prefetches
 void multiply(const Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 void multiply(const Bf16Problem& p, const Epilogue& e, bool parallel) { split_across_threads(p, e, parallel); }
 
-void round_rows(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, bool parallel) {
-  const int64_t depth = bf16_depth(k);
+namespace {
+
+// round_rows() with the rounded rows ld_out apart.
+void round_rows_to(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, int64_t ld_out, bool parallel) {
   parallel_ranges(rows, parallel && rows * k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)(a + begin * lda, lda, end - begin, k, depth, out + begin * depth, depth);
+    HWY_DYNAMIC_DISPATCH(RoundRows)(a + begin * lda, lda, end - begin, k, bf16_depth(k), out + begin * ld_out, ld_out);
   });
+}
+
+}  // namespace
+
+void round_rows(const float* a, int64_t lda, int64_t rows, int64_t k, bf16* out, bool parallel) {
+  round_rows_to(a, lda, rows, k, out, bf16_depth(k), parallel);
 }
 
 size_t f32_rows_scratch(int64_t m, int64_t n, int64_t k, int threads) {
@@ -953,10 +961,7 @@ void multiply(const Bf16Problem& p, const F32Rows& a, const Epilogue& e, bool pa
   if (splits_rows_first<bf16>(p.n, p.k)) return split_across_threads(p, e, parallel, &a);
   bf16* rounded = static_cast<bf16*>(a.scratch);
   const int64_t stride = bf16_row_stride(a.k);
-  parallel_ranges(p.m, parallel && p.m * a.k >= kParallelMinElements, [&](int64_t begin, int64_t end) {
-    HWY_DYNAMIC_DISPATCH(RoundRows)
-    (a.a + begin * a.lda, a.lda, end - begin, a.k, p.k, rounded + begin * stride, stride);
-  });
+  round_rows_to(a.a, a.lda, p.m, a.k, rounded, stride, parallel);
   Bf16Problem q = p;
   q.a = rounded, q.lda = stride;
   split_across_threads(q, e, parallel);
